@@ -6,14 +6,14 @@
 __all__ = ['check_dropout', 'check_mask', 'explicit_attention', 'padding_mask', 'subsequent_mask', 'fast_attention',
            'MultiHeadAttention']
 
-# %% ../nbs/01_attention.ipynb #2fc834a4
+# %% ../nbs/01_attention.ipynb #a79085f1
 import math
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-# %% ../nbs/01_attention.ipynb #e6925983
+# %% ../nbs/01_attention.ipynb #d0d2baac
 def check_dropout(p: float, name: str = "dropout") -> float:
     "Return `p` if it is a valid dropout probability, else raise a `ValueError` naming it."
     if not 0.0 <= p < 1.0:
@@ -33,7 +33,7 @@ def check_mask(mask: Tensor | None, scores_shape: tuple[int, ...]) -> None:
         raise ValueError(f"attention mask of shape {tuple(mask.shape)} does not broadcast to the scores' "
                          f"shape {tuple(scores_shape)} (batch, heads, queries, keys)")
 
-# %% ../nbs/01_attention.ipynb #de468e51
+# %% ../nbs/01_attention.ipynb #9f19ea87
 def explicit_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,
                        dropout_p: float = 0.0) -> tuple[Tensor, Tensor]:
     "softmax(q kᵀ / √d_k) v written out; returns the output and the attention weights."
@@ -41,12 +41,14 @@ def explicit_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = No
     check_mask(mask, scores.shape)
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
-    weights = scores.softmax(dim=-1)
+    weights = scores.softmax(dim=-1).nan_to_num(0.0)  # a query that may attend to no key gets weight 0 (and output 0)
     return F.dropout(weights, dropout_p) @ v, weights  # (B, h, T_q, d_v), (B, h, T_q, T_k)
 
-# %% ../nbs/01_attention.ipynb #c8d56c1a
+# %% ../nbs/01_attention.ipynb #a9c0f50c
 def padding_mask(tokens: Tensor, pad_id: int) -> Tensor:
     "Keys that are real tokens: (B, T) ids → (B, 1, 1, T) bools, True = may attend."
+    if tokens.dim() != 2:
+        raise ValueError(f"token ids must have shape (batch, length), got {tuple(tokens.shape)}")
     return (tokens != pad_id)[:, None, None, :]
 
 
@@ -54,14 +56,14 @@ def subsequent_mask(size: int, device: torch.device | str | None = None) -> Tens
     "Query i may attend to keys 0..i: (1, 1, T, T) bools, lower-triangular."
     return torch.ones(size, size, dtype=torch.bool, device=device).tril()[None, None]
 
-# %% ../nbs/01_attention.ipynb #90ca0ed2
+# %% ../nbs/01_attention.ipynb #2d83ef5a
 def fast_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,
                    dropout_p: float = 0.0) -> Tensor:
     "The same function as `explicit_attention` through PyTorch's fused kernel (no weights returned)."
     check_mask(mask, (*q.shape[:-1], k.size(-2)))
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
 
-# %% ../nbs/01_attention.ipynb #f1d1622f
+# %% ../nbs/01_attention.ipynb #3d2853ec
 class MultiHeadAttention(nn.Module):
     "h heads of scaled dot-product attention over learned projections, concatenated and projected (§3.2.2)."
 
@@ -87,16 +89,26 @@ class MultiHeadAttention(nn.Module):
         k, v = F.linear(memory, w, b).chunk(2, dim=-1)  # one matmul for both
         return self.split_heads(k), self.split_heads(v)
 
-    def forward(self, x: Tensor, memory: Tensor | None = None, mask: Tensor | None = None) -> Tensor:
-        "Attend from `x` (B, T, d_model) to itself, or to `memory` (B, S, d_model) if given."
+    def forward(self, x: Tensor, memory: Tensor | None = None, mask: Tensor | None = None,
+                cache: dict[str, Tensor] | None = None) -> Tensor:
+        "Attend from `x` (B, T, d_model) to itself, or to `memory` (B, S, d_model); `cache` keeps keys/values."
         if x.dim() != 3 or x.size(-1) != self.d_model:
             raise ValueError(f"expected input of shape (batch, length, {self.d_model}), got {tuple(x.shape)}")
         if memory is None:
             q, k, v = map(self.split_heads, self.in_proj(x).chunk(3, dim=-1))  # one matmul for all three
+            if cache is not None:  # incremental decoding: earlier positions' keys/values come from the cache
+                if "k" in cache:
+                    k, v = torch.cat([cache["k"], k], dim=2), torch.cat([cache["v"], v], dim=2)
+                cache["k"], cache["v"] = k, v
         else:
             d = self.d_model
             q = self.split_heads(F.linear(x, self.in_proj.weight[:d], self.in_proj.bias[:d]))
-            k, v = self.project_kv(memory)
+            if cache is not None and "k" in cache:  # the memory's keys/values are computed once per sentence
+                k, v = cache["k"], cache["v"]
+            else:
+                k, v = self.project_kv(memory)
+                if cache is not None:
+                    cache["k"], cache["v"] = k, v
         return self.out_proj(self.attend(q, k, v, mask))
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:

@@ -5,12 +5,12 @@
 # %% auto #0
 __all__ = ['book_renderer', 'enable_book_charts', 'write_vega_bundle']
 
-# %% ../nbs/00_introduction.ipynb #c6343512
+# %% ../nbs/00_introduction.ipynb #501285c1
 import json
 import uuid
 from pathlib import Path
 
-# %% ../nbs/00_introduction.ipynb #6a690189
+# %% ../nbs/00_introduction.ipynb #527be95a
 _CDN = "https://cdn.jsdelivr.net/npm"
 
 _EMBED_TEMPLATE = """<div id="{div}"></div>

@@ -1,0 +1,86 @@
+"""Shared fixtures: tiny deterministic models, padded token batches, and a switch for torch's MHA fast path."""
+
+import pytest
+import torch
+
+from transformer.model import Transformer, TransformerConfig
+
+# The tensors here are tiny: extra intra-op threads only add overhead, and on a busy 2-core machine their
+# spin-waiting made single tests 10x slower. One thread keeps the suite fast and its timing stable.
+torch.set_num_threads(1)
+
+VOCAB = 50
+PAD, BOS = 0, 1
+D_MODEL, N_HEADS = 32, 4
+
+
+def make_config(**overrides) -> TransformerConfig:
+    "The `tiny` preset (d_model 32, 4 heads, 2+2 layers) with a 50-token vocabulary and no dropout."
+    kwargs = dict(src_vocab_size=VOCAB, tgt_vocab_size=VOCAB, dropout=0.0, attention_dropout=0.0, pad_id=PAD)
+    return TransformerConfig.preset("tiny", **{**kwargs, **overrides})
+
+
+def make_model(seed: int = 0, **overrides) -> Transformer:
+    "A freshly initialised tiny `Transformer` in eval mode, reproducible from `seed`."
+    torch.manual_seed(seed)
+    return Transformer(make_config(**overrides)).eval()
+
+
+def padded_tokens(lengths: list[int], total: int, seed: int = 0, first: int | None = None) -> torch.Tensor:
+    "A (len(lengths), total) batch of random non-pad ids, row b real up to lengths[b] and PAD after it."
+    g = torch.Generator().manual_seed(seed)
+    tokens = torch.randint(2, VOCAB, (len(lengths), total), generator=g)
+    if first is not None:
+        tokens[:, 0] = first
+    for b, n in enumerate(lengths):
+        tokens[b, n:] = PAD
+    return tokens
+
+
+def randomize_vectors(model: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
+    """Give every 1-D parameter (biases, LayerNorm gains and shifts) random values, in place.
+
+    The model's own init leaves biases at 0 and LayerNorms at the identity, which would hide mistakes in them.
+    """
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() == 1:
+                noise = 0.2 * torch.randn(p.shape, generator=g)
+                p.copy_(1.0 + noise if "norm" in name and name.endswith("weight") else noise)
+    return model
+
+
+@pytest.fixture(scope="session")
+def post_ln_model() -> Transformer:
+    "One shared tiny post-LN model, biases and norms randomised (read-only: tests must not mutate it)."
+    return randomize_vectors(make_model(seed=0, norm_first=False), seed=100)
+
+
+@pytest.fixture(scope="session")
+def pre_ln_model() -> Transformer:
+    "One shared tiny pre-LN model, biases and norms randomised (read-only: tests must not mutate it)."
+    return randomize_vectors(make_model(seed=1, norm_first=True), seed=101)
+
+
+@pytest.fixture
+def src_tokens() -> torch.Tensor:
+    "Three padded sources of length 7 with 7, 4 and 2 real tokens."
+    return padded_tokens([7, 4, 2], 7, seed=10)
+
+
+@pytest.fixture
+def tgt_tokens() -> torch.Tensor:
+    "Three padded targets of length 6 starting with BOS, with 6, 3 and 5 real tokens."
+    return padded_tokens([6, 3, 5], 6, seed=11, first=BOS)
+
+
+@pytest.fixture
+def no_mha_fastpath():
+    "Disable torch.nn.MultiheadAttention's fused inference path for the test, restoring the setting after."
+    before = torch.backends.mha.get_fastpath_enabled()
+    torch.backends.mha.set_fastpath_enabled(False)
+    try:
+        yield
+    finally:
+        torch.backends.mha.set_fastpath_enabled(before)
