@@ -8,7 +8,7 @@ __all__ = ['Batch', 'pad_sequences', 'make_batch', 'TokenBatchSampler', 'label_s
            'read_config', 'load_weights', 'load_model_dir', 'optimizer_tensors', 'load_optimizer', 'rng_tensors',
            'set_rng', 'NonFiniteLossError', 'Trainer']
 
-# %% ../nbs/04_training.ipynb #4ee76917
+# %% ../nbs/04_training.ipynb #3edff888
 import json
 import math
 import os
@@ -28,7 +28,7 @@ from tqdm.auto import tqdm
 from .attention import padding_mask, subsequent_mask
 from .model import Transformer, TransformerConfig
 
-# %% ../nbs/04_training.ipynb #a55ed327
+# %% ../nbs/04_training.ipynb #37815164
 @dataclass
 class Batch:
     "Padded source and target tensors for teacher forcing, with their masks and token counts."
@@ -78,7 +78,7 @@ def make_batch(pairs: Sequence[tuple[Sequence[int], Sequence[int]]], cfg: Transf
                  tgt_out=pad_sequences([[*y, cfg.eos_id] for _, y in pairs], cfg.pad_id),
                  pad_id=cfg.pad_id)
 
-# %% ../nbs/04_training.ipynb #ff6e32af
+# %% ../nbs/04_training.ipynb #d4d4bc9c
 class TokenBatchSampler:
     "Batches of indices of similar length, each at most `max_tokens` padded tokens per side, in shuffled order."
 
@@ -117,7 +117,7 @@ class TokenBatchSampler:
                 padded += len(lengths) * max(lengths) - sum(lengths)
         return padded / total
 
-# %% ../nbs/04_training.ipynb #0cd400b9
+# %% ../nbs/04_training.ipynb #3a05e81b
 def label_smoothed_loss(logits: Tensor, target: Tensor, smoothing: float,
                         ignore_index: int | None = None) -> tuple[Tensor, Tensor]:
     "Sums over the targets of the label-smoothed cross-entropy and of the plain NLL: (N, V), (N) → two scalars."
@@ -131,7 +131,7 @@ def label_smoothed_loss(logits: Tensor, target: Tensor, smoothing: float,
     loss = (1 - smoothing) * nll - smoothing * logp.mean(-1)  # cross-entropy against q
     return loss.sum(), nll.sum()
 
-# %% ../nbs/04_training.ipynb #97b6e7e7
+# %% ../nbs/04_training.ipynb #cf184159
 def noam_rate(step: int, d_model: int, warmup: int, factor: float = 1.0) -> float:
     "The paper's learning rate at optimizer step `step` (counted from 1)."
     step = max(step, 1)
@@ -145,7 +145,7 @@ def make_optimizer(model: torch.nn.Module, d_model: int, warmup: int, factor: fl
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda i: noam_rate(i + 1, d_model, warmup, factor))
     return optimizer, schedule
 
-# %% ../nbs/04_training.ipynb #d788679f
+# %% ../nbs/04_training.ipynb #9b1103ad
 @dataclass(frozen=True)
 class TrainConfig:
     "Settings of a training run; the defaults follow §5 where the paper gives a value."
@@ -181,7 +181,7 @@ class TrainConfig:
             raise ValueError(f"unknown training setting(s): {', '.join(sorted(unknown))}")
         return cls(**d)
 
-# %% ../nbs/04_training.ipynb #0f219196
+# %% ../nbs/04_training.ipynb #519e0800
 def batch_loss(model: Transformer, batch: Batch, smoothing: float) -> tuple[Tensor, Tensor]:
     "Summed label-smoothed loss and NLL over the real target tokens of `batch`."
     src_mask = batch.src_mask
@@ -205,7 +205,7 @@ def evaluate(model: Transformer, pairs: Sequence[tuple[Sequence[int], Sequence[i
     model.train(was_training)
     return {"loss": nll / tokens, "ppl": math.exp(nll / tokens)}
 
-# %% ../nbs/04_training.ipynb #c0481ea0
+# %% ../nbs/04_training.ipynb #29e5330d
 class CheckpointError(ValueError):
     "A checkpoint that is missing, truncated, corrupt or does not fit the model."
 
@@ -275,7 +275,7 @@ def load_optimizer(optimizer: torch.optim.Optimizer, tensors: dict[str, Tensor],
         state.setdefault(int(i), {})[name] = v
     optimizer.load_state_dict({"state": state, "param_groups": groups})
 
-# %% ../nbs/04_training.ipynb #177700cf
+# %% ../nbs/04_training.ipynb #0098a26f
 def rng_tensors() -> dict[str, Tensor]:
     "The states of torch's random-number generators (CPU and every CUDA device)."
     out = {"torch_cpu": torch.get_rng_state()}
@@ -291,7 +291,7 @@ def set_rng(tensors: dict[str, Tensor]) -> None:
     if cuda and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(cuda)
 
-# %% ../nbs/04_training.ipynb #3a472029
+# %% ../nbs/04_training.ipynb #a75001fc
 class NonFiniteLossError(FloatingPointError):
     "Training produced an infinite or NaN loss."
 
