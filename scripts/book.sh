@@ -3,7 +3,7 @@
 # errors, then strip the outputs again so that nbs/ stays as committed. Run after scripts/setup.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-source .venv/bin/activate
+source scripts/env.sh
 trap 'nbdev-clean' EXIT
 python scripts/book_assets.py
 nbdev-test --save --timing

@@ -3,7 +3,7 @@
 # warning, then pytest (last, so that its summary closes the output). Run after scripts/setup.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-source .venv/bin/activate
+source scripts/env.sh
 
 snapshot() { find nbs transformer pyproject.toml -type f -not -path '*/__pycache__/*' -print0 | sort -z | xargs -0 sha256sum; }
 before=$(snapshot)

@@ -6,9 +6,10 @@
 __all__ = ['Batch', 'pad_sequences', 'make_batch', 'TokenBatchSampler', 'label_smoothed_loss', 'noam_rate', 'make_optimizer',
            'TrainConfig', 'batch_loss', 'evaluate', 'CheckpointError', 'write_atomically', 'save_model_files',
            'read_config', 'load_weights', 'load_model_dir', 'optimizer_tensors', 'load_optimizer', 'rng_tensors',
-           'set_rng', 'NonFiniteLossError', 'Trainer']
+           'set_rng', 'latest_checkpoint', 'NonFiniteLossError', 'Trainer']
 
-# %% ../nbs/04_training.ipynb #3edff888
+# %% ../nbs/04_training.ipynb #a881a15d
+import csv
 import json
 import math
 import os
@@ -28,7 +29,7 @@ from tqdm.auto import tqdm
 from .attention import padding_mask, subsequent_mask
 from .model import Transformer, TransformerConfig
 
-# %% ../nbs/04_training.ipynb #37815164
+# %% ../nbs/04_training.ipynb #9e926ac8
 @dataclass
 class Batch:
     "Padded source and target tensors for teacher forcing, with their masks and token counts."
@@ -78,7 +79,7 @@ def make_batch(pairs: Sequence[tuple[Sequence[int], Sequence[int]]], cfg: Transf
                  tgt_out=pad_sequences([[*y, cfg.eos_id] for _, y in pairs], cfg.pad_id),
                  pad_id=cfg.pad_id)
 
-# %% ../nbs/04_training.ipynb #d4d4bc9c
+# %% ../nbs/04_training.ipynb #b49cc76d
 class TokenBatchSampler:
     "Batches of indices of similar length, each at most `max_tokens` padded tokens per side, in shuffled order."
 
@@ -117,7 +118,7 @@ class TokenBatchSampler:
                 padded += len(lengths) * max(lengths) - sum(lengths)
         return padded / total
 
-# %% ../nbs/04_training.ipynb #3a05e81b
+# %% ../nbs/04_training.ipynb #a733876a
 def label_smoothed_loss(logits: Tensor, target: Tensor, smoothing: float,
                         ignore_index: int | None = None) -> tuple[Tensor, Tensor]:
     "Sums over the targets of the label-smoothed cross-entropy and of the plain NLL: (N, V), (N) → two scalars."
@@ -131,7 +132,7 @@ def label_smoothed_loss(logits: Tensor, target: Tensor, smoothing: float,
     loss = (1 - smoothing) * nll - smoothing * logp.mean(-1)  # cross-entropy against q
     return loss.sum(), nll.sum()
 
-# %% ../nbs/04_training.ipynb #cf184159
+# %% ../nbs/04_training.ipynb #ef847202
 def noam_rate(step: int, d_model: int, warmup: int, factor: float = 1.0) -> float:
     "The paper's learning rate at optimizer step `step` (counted from 1)."
     step = max(step, 1)
@@ -145,7 +146,7 @@ def make_optimizer(model: torch.nn.Module, d_model: int, warmup: int, factor: fl
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda i: noam_rate(i + 1, d_model, warmup, factor))
     return optimizer, schedule
 
-# %% ../nbs/04_training.ipynb #9b1103ad
+# %% ../nbs/04_training.ipynb #a0e2f928
 @dataclass(frozen=True)
 class TrainConfig:
     "Settings of a training run; the defaults follow §5 where the paper gives a value."
@@ -181,7 +182,7 @@ class TrainConfig:
             raise ValueError(f"unknown training setting(s): {', '.join(sorted(unknown))}")
         return cls(**d)
 
-# %% ../nbs/04_training.ipynb #519e0800
+# %% ../nbs/04_training.ipynb #a3e3a7c4
 def batch_loss(model: Transformer, batch: Batch, smoothing: float) -> tuple[Tensor, Tensor]:
     "Summed label-smoothed loss and NLL over the real target tokens of `batch`."
     src_mask = batch.src_mask
@@ -205,7 +206,7 @@ def evaluate(model: Transformer, pairs: Sequence[tuple[Sequence[int], Sequence[i
     model.train(was_training)
     return {"loss": nll / tokens, "ppl": math.exp(nll / tokens)}
 
-# %% ../nbs/04_training.ipynb #29e5330d
+# %% ../nbs/04_training.ipynb #91608d52
 class CheckpointError(ValueError):
     "A checkpoint that is missing, truncated, corrupt or does not fit the model."
 
@@ -275,7 +276,7 @@ def load_optimizer(optimizer: torch.optim.Optimizer, tensors: dict[str, Tensor],
         state.setdefault(int(i), {})[name] = v
     optimizer.load_state_dict({"state": state, "param_groups": groups})
 
-# %% ../nbs/04_training.ipynb #0098a26f
+# %% ../nbs/04_training.ipynb #40634aa2
 def rng_tensors() -> dict[str, Tensor]:
     "The states of torch's random-number generators (CPU and every CUDA device)."
     out = {"torch_cpu": torch.get_rng_state()}
@@ -291,7 +292,13 @@ def set_rng(tensors: dict[str, Tensor]) -> None:
     if cuda and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(cuda)
 
-# %% ../nbs/04_training.ipynb #a75001fc
+# %% ../nbs/04_training.ipynb #d9be0451
+def latest_checkpoint(out_dir: str | Path) -> Path | None:
+    "The checkpoint that `out_dir/checkpoints/latest` names, if any."
+    pointer = Path(out_dir) / "checkpoints" / "latest"
+    return pointer.parent / pointer.read_text().strip() if pointer.is_file() else None
+
+
 class NonFiniteLossError(FloatingPointError):
     "Training produced an infinite or NaN loss."
 
@@ -301,18 +308,18 @@ class Trainer:
 
     def __init__(self, model: Transformer, cfg: TrainConfig, train_pairs: Sequence, valid_pairs: Sequence = (),
                  out_dir: str | Path | None = None, device: torch.device | str = "cpu", progress: bool = True,
-                 on_eval: Callable[["Trainer"], dict[str, float]] | None = None):
+                 on_eval: Callable[["Trainer"], dict[str, float]] | None = None, extra_files: Sequence[Path] = ()):
         if not train_pairs:
             raise ValueError("no training pairs")
         self.model, self.cfg, self.device = model.to(device), cfg, torch.device(device)
         self.train_pairs, self.valid_pairs = train_pairs, valid_pairs
         self.out_dir = None if out_dir is None else Path(out_dir)
-        self.progress, self.on_eval = progress, on_eval
+        self.progress, self.on_eval, self.extra_files = progress, on_eval, [Path(f) for f in extra_files]
         self.sampler = TokenBatchSampler([(len(x) + 1, len(y) + 1) for x, y in train_pairs], cfg.max_tokens,
                                          seed=cfg.seed)
         self.optimizer, self.scheduler = make_optimizer(model, model.cfg.d_model, cfg.warmup, cfg.lr_factor)
         self.step = self.epoch = self.position = 0  # optimizer steps done; epoch and micro-batch within it
-        self.train_seconds = 0.0
+        self.train_seconds, self.tokens_seen = 0.0, 0  # training time (validation excluded), src + tgt tokens
         self.metrics: list[dict[str, float]] = []
         self._since_eval = [0.0, 0]  # summed loss and target tokens since the last validation
 
@@ -370,6 +377,7 @@ class Trainer:
             seconds = time.perf_counter() - start
             self.train_seconds += seconds
             tokens = sum(b.n_src_tokens + b.n_tgt_tokens for b in micro)
+            self.tokens_seen += tokens
             bar.update(1)
             bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{tokens / seconds:,.0f}", epoch=self.epoch)
             if (self.cfg.eval_every and self.step % self.cfg.eval_every == 0) or \
@@ -388,7 +396,7 @@ class Trainer:
         loss, tokens = self._since_eval
         row = {"step": self.step, "epoch": self.epoch + self.position / max(1, len(self.sampler.batches(self.epoch))),
                "train_loss": loss / max(tokens, 1), "lr": self.optimizer.param_groups[0]["lr"],
-               "train_minutes": self.train_seconds / 60}
+               "train_minutes": self.train_seconds / 60, "tokens_per_s": self.tokens_seen / max(self.train_seconds, 1e-9)}
         if self.valid_pairs:
             valid = evaluate(self.model, self.valid_pairs, self.cfg.max_tokens, self.device)
             row |= {"valid_loss": valid["loss"], "valid_ppl": valid["ppl"]}
@@ -399,7 +407,19 @@ class Trainer:
         self.model.train()
         if self.out_dir is not None:
             self.save_checkpoint()
+            self.write_metrics()
         return row
+
+    def write_metrics(self) -> Path:
+        "Write the metrics so far to `out_dir/metrics.csv` (replaced atomically)."
+        path, tmp = self.out_dir / "metrics.csv", self.out_dir / ".metrics.csv.tmp"
+        columns = list(dict.fromkeys(k for row in self.metrics for k in row))
+        with open(tmp, "w", newline="") as f:
+            writer = csv.DictWriter(f, columns)
+            writer.writeheader()
+            writer.writerows(self.metrics)
+        os.replace(tmp, path)
+        return path
 
     # -- checkpoints -------------------------------------------------------------------------------------------
     @property
@@ -408,18 +428,19 @@ class Trainer:
 
     def latest_checkpoint(self) -> Path | None:
         "The checkpoint the `latest` pointer names, if any."
-        pointer = None if self.out_dir is None else self.checkpoint_dir / "latest"
-        return None if pointer is None or not pointer.is_file() else self.checkpoint_dir / pointer.read_text().strip()
+        return None if self.out_dir is None else latest_checkpoint(self.out_dir)
 
     def save_checkpoint(self) -> Path:
         "Write checkpoint `step-NNNNNNN` atomically, point `latest` at it, and keep the last `keep_last`."
         def write(tmp: Path) -> None:
             save_model_files(self.model, tmp)
+            for f in self.extra_files:  # e.g. the tokenizer, so that every checkpoint can translate on its own
+                shutil.copy(f, tmp / f.name)
             tensors, groups = optimizer_tensors(self.optimizer)
             save_file(tensors, str(tmp / "optimizer.safetensors"))
             save_file(rng_tensors(), str(tmp / "rng.safetensors"))
             state = {"step": self.step, "epoch": self.epoch, "position": self.position,
-                     "train_seconds": self.train_seconds, "since_eval": self._since_eval,
+                     "train_seconds": self.train_seconds, "tokens_seen": self.tokens_seen, "since_eval": self._since_eval,
                      "optimizer_groups": groups,
                      "scheduler": self.scheduler.state_dict(), "metrics": self.metrics,
                      "train_config": asdict(self.cfg)}
@@ -449,5 +470,6 @@ class Trainer:
             raise CheckpointError(f"{path} is not a complete training checkpoint: {e}") from None
         self.scheduler.load_state_dict(state["scheduler"])
         self.step, self.epoch, self.position = state["step"], state["epoch"], state["position"]
-        self.train_seconds, self._since_eval, self.metrics = state["train_seconds"], state["since_eval"], state["metrics"]
+        self.train_seconds, self.tokens_seen = state["train_seconds"], state["tokens_seen"]
+        self._since_eval, self.metrics = state["since_eval"], state["metrics"]
         return path

@@ -5,12 +5,12 @@
 # %% auto #0
 __all__ = ['book_renderer', 'enable_book_charts', 'write_vega_bundle']
 
-# %% ../nbs/00_introduction.ipynb #b15b114c
+# %% ../nbs/00_introduction.ipynb #805a90b5
 import json
 import uuid
 from pathlib import Path
 
-# %% ../nbs/00_introduction.ipynb #3fb549b4
+# %% ../nbs/00_introduction.ipynb #22dacca9
 _CDN = "https://cdn.jsdelivr.net/npm"
 
 _EMBED_TEMPLATE = """<div id="{div}"></div>
