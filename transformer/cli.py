@@ -8,7 +8,7 @@ __all__ = ['COMMANDS', 'RunConfig', 'parse_run_config', 'load_run_config', 'load
            'build_parser', 'cmd_train', 'read_sentences', 'check_decoding_args', 'cmd_translate', 'cmd_evaluate',
            'cmd_average', 'main']
 
-# %% ../nbs/08_cli.ipynb #fa80bed9
+# %% ../nbs/08_cli.ipynb #c769f8c3
 import argparse
 import csv
 import json
@@ -33,7 +33,7 @@ from .model import PRESETS, Transformer, TransformerConfig, record_attention
 from .training import (CheckpointError, TrainConfig, Trainer, latest_checkpoint, load_model_dir,
                                   make_batch, write_atomically)
 
-# %% ../nbs/08_cli.ipynb #f0877103
+# %% ../nbs/08_cli.ipynb #86f9c656
 @dataclass(frozen=True)
 class RunConfig:
     "What a translation run needs beyond the data: model preset and overrides, training and data settings."
@@ -93,7 +93,7 @@ def load_run_config(path: str | Path) -> RunConfig:
         raise ValueError(f"{path} is not valid TOML: {e}") from None
     return parse_run_config(d, str(path))
 
-# %% ../nbs/08_cli.ipynb #64d31bd3
+# %% ../nbs/08_cli.ipynb #25162d0a
 def load_translator(folder: str | Path, device: str = "cpu") -> tuple[Transformer, Tokenizer]:
     "The model and tokenizer of a model folder, checked against each other."
     folder = Path(folder)
@@ -127,7 +127,7 @@ def bleu(hypotheses: Sequence[str], references: Sequence[str]) -> tuple[float, s
     result = metric.corpus_score(list(hypotheses), [list(references)])
     return result.score, str(result), str(metric.get_signature())
 
-# %% ../nbs/08_cli.ipynb #2b320c10
+# %% ../nbs/08_cli.ipynb #3d2f5ab6
 def train_run(run: RunConfig, out: str | Path, data_dir: str | Path | None = None, resume: bool = False,
               progress: bool = True, device: str = "cpu") -> list[dict]:
     "Train a Multi30k model as `run` says, writing checkpoints, metrics and the tokenizer into `out`."
@@ -166,7 +166,7 @@ def train_run(run: RunConfig, out: str | Path, data_dir: str | Path | None = Non
         trainer.resume()
     return trainer.fit()
 
-# %% ../nbs/08_cli.ipynb #3641058e
+# %% ../nbs/08_cli.ipynb #209f74eb
 def attention_maps(model: Transformer, tokenizer: Tokenizer, source: str, beam_size: int = 4) -> dict:
     "Translate `source`, then record every attention layer on (source, translation): tokens and weights per layer."
     src_ids = tokenizer.encode(source).ids
@@ -232,7 +232,7 @@ def write_report(model_dir: Path, report_dir: Path, pairs: Sequence[tuple[str, s
 
     return write_atomically(Path(report_dir), write)
 
-# %% ../nbs/08_cli.ipynb #68e67f99
+# %% ../nbs/08_cli.ipynb #c2aead7c
 def add_decoding_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True, help="a model folder: a checkpoint or an average")
     p.add_argument("--beam", type=int, default=4, help="beam size; 1 decodes greedily (default 4, §6.1)")
@@ -283,7 +283,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--last", type=int, default=5, help="how many of the run's last checkpoints (default 5)")
     return parser
 
-# %% ../nbs/08_cli.ipynb #ce92e8db
+# %% ../nbs/08_cli.ipynb #4696c8da
 def cmd_train(args: argparse.Namespace) -> None:
     run = load_run_config(args.config) if args.config else RunConfig(preset=args.preset or "small")
     overrides = {k: v for k, v in (("bf16", args.bf16 or None), ("keep_last", args.keep_last),

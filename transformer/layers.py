@@ -6,7 +6,7 @@
 __all__ = ['PositionwiseFeedForward', 'check_tokens', 'Embeddings', 'sinusoid_table', 'check_length',
            'SinusoidalPositionalEncoding', 'LearnedPositionalEncoding', 'ResidualConnection']
 
-# %% ../nbs/02_layers.ipynb #8ca4962c
+# %% ../nbs/02_layers.ipynb #c371f4c4
 import math
 from collections.abc import Callable
 
@@ -16,7 +16,7 @@ from torch import Tensor, nn
 
 from .attention import check_dropout
 
-# %% ../nbs/02_layers.ipynb #39b6ba58
+# %% ../nbs/02_layers.ipynb #c2bd29cb
 class PositionwiseFeedForward(nn.Module):
     "FFN(x) = max(0, x W₁ + b₁) W₂ + b₂, the same at every position (§3.3)."
 
@@ -29,7 +29,7 @@ class PositionwiseFeedForward(nn.Module):
         "(B, T, d_model) → (B, T, d_model)."
         return self.linear2(F.relu(self.linear1(x)))
 
-# %% ../nbs/02_layers.ipynb #18663b38
+# %% ../nbs/02_layers.ipynb #cc44db77
 def check_tokens(tokens: Tensor, vocab_size: int) -> None:
     "Raise unless `tokens` is a (batch, length) integer tensor of ids below `vocab_size`."
     if tokens.dtype.is_floating_point or tokens.dtype.is_complex or tokens.dtype == torch.bool:
@@ -54,7 +54,7 @@ class Embeddings(nn.Module):
         check_tokens(tokens, self.vocab_size)
         return self.table(tokens) * self.scale
 
-# %% ../nbs/02_layers.ipynb #4a8da5d6
+# %% ../nbs/02_layers.ipynb #3bb9aca0
 def sinusoid_table(max_len: int, d_model: int) -> Tensor:
     "The (max_len, d_model) table PE[pos, 2i] = sin(pos·ω_i), PE[pos, 2i+1] = cos(pos·ω_i), ω_i = 10000^(-2i/d)."
     if d_model % 2:
@@ -100,7 +100,7 @@ class LearnedPositionalEncoding(nn.Module):
         check_length(start + x.size(1), self.table.num_embeddings)
         return self.dropout(x + self.table.weight[start : start + x.size(1)])
 
-# %% ../nbs/02_layers.ipynb #02b111fe
+# %% ../nbs/02_layers.ipynb #dc8d4281
 class ResidualConnection(nn.Module):
     "x + Dropout(sublayer(x)) with LayerNorm after the sum (post-LN, the paper) or on the input (pre-LN)."
 

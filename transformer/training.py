@@ -8,7 +8,7 @@ __all__ = ['Batch', 'pad_sequences', 'make_batch', 'TokenBatchSampler', 'label_s
            'read_config', 'load_weights', 'load_model_dir', 'optimizer_tensors', 'load_optimizer', 'rng_tensors',
            'set_rng', 'latest_checkpoint', 'NonFiniteLossError', 'Trainer']
 
-# %% ../nbs/04_training.ipynb #a881a15d
+# %% ../nbs/04_training.ipynb #615623c3
 import csv
 import json
 import math
@@ -29,7 +29,7 @@ from tqdm.auto import tqdm
 from .attention import padding_mask, subsequent_mask
 from .model import Transformer, TransformerConfig
 
-# %% ../nbs/04_training.ipynb #9e926ac8
+# %% ../nbs/04_training.ipynb #d29164f1
 @dataclass
 class Batch:
     "Padded source and target tensors for teacher forcing, with their masks and token counts."
@@ -79,7 +79,7 @@ def make_batch(pairs: Sequence[tuple[Sequence[int], Sequence[int]]], cfg: Transf
                  tgt_out=pad_sequences([[*y, cfg.eos_id] for _, y in pairs], cfg.pad_id),
                  pad_id=cfg.pad_id)
 
-# %% ../nbs/04_training.ipynb #b49cc76d
+# %% ../nbs/04_training.ipynb #57cf4f96
 class TokenBatchSampler:
     "Batches of indices of similar length, each at most `max_tokens` padded tokens per side, in shuffled order."
 
@@ -118,7 +118,7 @@ class TokenBatchSampler:
                 padded += len(lengths) * max(lengths) - sum(lengths)
         return padded / total
 
-# %% ../nbs/04_training.ipynb #a733876a
+# %% ../nbs/04_training.ipynb #373af923
 def label_smoothed_loss(logits: Tensor, target: Tensor, smoothing: float,
                         ignore_index: int | None = None) -> tuple[Tensor, Tensor]:
     "Sums over the targets of the label-smoothed cross-entropy and of the plain NLL: (N, V), (N) → two scalars."
@@ -132,7 +132,7 @@ def label_smoothed_loss(logits: Tensor, target: Tensor, smoothing: float,
     loss = (1 - smoothing) * nll - smoothing * logp.mean(-1)  # cross-entropy against q
     return loss.sum(), nll.sum()
 
-# %% ../nbs/04_training.ipynb #ef847202
+# %% ../nbs/04_training.ipynb #3df1498d
 def noam_rate(step: int, d_model: int, warmup: int, factor: float = 1.0) -> float:
     "The paper's learning rate at optimizer step `step` (counted from 1)."
     step = max(step, 1)
@@ -146,7 +146,7 @@ def make_optimizer(model: torch.nn.Module, d_model: int, warmup: int, factor: fl
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda i: noam_rate(i + 1, d_model, warmup, factor))
     return optimizer, schedule
 
-# %% ../nbs/04_training.ipynb #a0e2f928
+# %% ../nbs/04_training.ipynb #146659d7
 @dataclass(frozen=True)
 class TrainConfig:
     "Settings of a training run; the defaults follow §5 where the paper gives a value."
@@ -162,14 +162,14 @@ class TrainConfig:
     bf16: bool = False            # bfloat16 autocast for the forward pass: faster where supported
     eval_every: int = 0           # validate and checkpoint every this many steps (0: at the end of each epoch)
     keep_last: int = 5            # checkpoints kept on disk (the paper averages the last 5)
-    seed: int = 0                 # seeds initialisation, dropout and batch order
+    seed: int = 0                 # seeds the batch order (the command line also seeds initialisation with it)
 
     def __post_init__(self):
         for name in ("max_tokens", "accumulate", "max_steps", "warmup", "keep_last"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)!r}")
         for name in ("max_minutes", "lr_factor", "clip_grad_norm", "eval_every"):
-            if getattr(self, name) < 0:
+            if not getattr(self, name) >= 0:  # also rejects NaN
                 raise ValueError(f"{name} must not be negative, got {getattr(self, name)!r}")
         if not 0.0 <= self.label_smoothing < 1.0:
             raise ValueError(f"label_smoothing must be in [0, 1), got {self.label_smoothing}")
@@ -182,7 +182,7 @@ class TrainConfig:
             raise ValueError(f"unknown training setting(s): {', '.join(sorted(unknown))}")
         return cls(**d)
 
-# %% ../nbs/04_training.ipynb #a3e3a7c4
+# %% ../nbs/04_training.ipynb #e7318eb1
 def batch_loss(model: Transformer, batch: Batch, smoothing: float) -> tuple[Tensor, Tensor]:
     "Summed label-smoothed loss and NLL over the real target tokens of `batch`."
     src_mask = batch.src_mask
@@ -206,7 +206,7 @@ def evaluate(model: Transformer, pairs: Sequence[tuple[Sequence[int], Sequence[i
     model.train(was_training)
     return {"loss": nll / tokens, "ppl": math.exp(nll / tokens)}
 
-# %% ../nbs/04_training.ipynb #91608d52
+# %% ../nbs/04_training.ipynb #69508ae6
 class CheckpointError(ValueError):
     "A checkpoint that is missing, truncated, corrupt or does not fit the model."
 
@@ -217,7 +217,11 @@ def write_atomically(folder: Path, write: Callable[[Path], None]) -> Path:
     tmp = folder.with_name(f".{folder.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    write(tmp)
+    try:
+        write(tmp)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     if folder.exists():
         shutil.rmtree(folder)
     os.replace(tmp, folder)
@@ -276,7 +280,7 @@ def load_optimizer(optimizer: torch.optim.Optimizer, tensors: dict[str, Tensor],
         state.setdefault(int(i), {})[name] = v
     optimizer.load_state_dict({"state": state, "param_groups": groups})
 
-# %% ../nbs/04_training.ipynb #40634aa2
+# %% ../nbs/04_training.ipynb #b54d910c
 def rng_tensors() -> dict[str, Tensor]:
     "The states of torch's random-number generators (CPU and every CUDA device)."
     out = {"torch_cpu": torch.get_rng_state()}
@@ -292,7 +296,7 @@ def set_rng(tensors: dict[str, Tensor]) -> None:
     if cuda and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(cuda)
 
-# %% ../nbs/04_training.ipynb #d9be0451
+# %% ../nbs/04_training.ipynb #5328030d
 def latest_checkpoint(out_dir: str | Path) -> Path | None:
     "The checkpoint that `out_dir/checkpoints/latest` names, if any."
     pointer = Path(out_dir) / "checkpoints" / "latest"
@@ -344,6 +348,7 @@ class Trainer:
             with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.cfg.bf16):
                 loss, _ = batch_loss(self.model, batch, self.cfg.label_smoothing)
             if not torch.isfinite(loss):
+                self.optimizer.zero_grad(set_to_none=True)  # drop this step's partial gradients
                 raise NonFiniteLossError(
                     f"the loss became {loss.item()} at step {self.step + 1}: training stopped before applying it. "
                     f"The last checkpoint ({self.latest_checkpoint() or 'none written yet'}) is intact; "
@@ -458,18 +463,22 @@ class Trainer:
         "Restore weights, optimizer, scheduler, RNGs and position from `path` (default: the latest checkpoint)."
         path = Path(path) if path is not None else self.latest_checkpoint()
         if path is None or not path.is_dir():
-            raise CheckpointError(f"no checkpoint to resume from in {self.checkpoint_dir}")
+            where = "this trainer has no out_dir" if self.out_dir is None else f"none in {self.checkpoint_dir}"
+            raise CheckpointError(f"no checkpoint to resume from ({where})")
         if read_config(path) != self.model.cfg:
             raise CheckpointError(f"{path} was trained with a different model configuration")
-        load_weights(self.model, path)
-        try:
+        try:  # read everything before changing anything
             state = json.loads((path / "trainer.json").read_text())
-            load_optimizer(self.optimizer, load_file(str(path / "optimizer.safetensors")), state["optimizer_groups"])
-            set_rng(load_file(str(path / "rng.safetensors")))
+            counters = [state[k] for k in ("step", "epoch", "position", "train_seconds", "tokens_seen", "since_eval",
+                                           "metrics", "scheduler", "optimizer_groups")]
+            optimizer_state = load_file(str(path / "optimizer.safetensors"))
+            rng = load_file(str(path / "rng.safetensors"))
         except (OSError, SafetensorError, json.JSONDecodeError, KeyError) as e:
-            raise CheckpointError(f"{path} is not a complete training checkpoint: {e}") from None
-        self.scheduler.load_state_dict(state["scheduler"])
-        self.step, self.epoch, self.position = state["step"], state["epoch"], state["position"]
-        self.train_seconds, self.tokens_seen = state["train_seconds"], state["tokens_seen"]
-        self._since_eval, self.metrics = state["since_eval"], state["metrics"]
+            raise CheckpointError(f"{path} is not a complete training checkpoint: {e!r} is missing or corrupt") from None
+        load_weights(self.model, path)
+        (self.step, self.epoch, self.position, self.train_seconds, self.tokens_seen, self._since_eval,
+         self.metrics, scheduler, groups) = counters
+        load_optimizer(self.optimizer, optimizer_state, groups)
+        self.scheduler.load_state_dict(scheduler)
+        set_rng(rng)
         return path

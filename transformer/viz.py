@@ -5,12 +5,12 @@
 # %% auto #0
 __all__ = ['book_renderer', 'enable_book_charts', 'write_vega_bundle']
 
-# %% ../nbs/00_introduction.ipynb #805a90b5
+# %% ../nbs/00_introduction.ipynb #ec009440
 import json
 import uuid
 from pathlib import Path
 
-# %% ../nbs/00_introduction.ipynb #22dacca9
+# %% ../nbs/00_introduction.ipynb #638935ef
 _CDN = "https://cdn.jsdelivr.net/npm"
 
 _EMBED_TEMPLATE = """<div id="{div}"></div>
