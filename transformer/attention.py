@@ -6,14 +6,14 @@
 __all__ = ['check_dropout', 'check_mask', 'explicit_attention', 'padding_mask', 'subsequent_mask', 'fast_attention',
            'MultiHeadAttention']
 
-# %% ../nbs/01_attention.ipynb #9269426a
+# %% ../nbs/01_attention.ipynb #21560f2c
 import math
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-# %% ../nbs/01_attention.ipynb #c7e323a6
+# %% ../nbs/01_attention.ipynb #23ce96c2
 def check_dropout(p: float, name: str = "dropout") -> float:
     "Return `p` if it is a valid dropout probability, else raise a `ValueError` naming it."
     if not 0.0 <= p < 1.0:
@@ -33,7 +33,7 @@ def check_mask(mask: Tensor | None, scores_shape: tuple[int, ...]) -> None:
         raise ValueError(f"attention mask of shape {tuple(mask.shape)} does not broadcast to the scores' "
                          f"shape {tuple(scores_shape)} (batch, heads, queries, keys)")
 
-# %% ../nbs/01_attention.ipynb #0372e75d
+# %% ../nbs/01_attention.ipynb #9d75ad91
 def explicit_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,
                        dropout_p: float = 0.0) -> tuple[Tensor, Tensor]:
     "softmax(q kᵀ / √d_k) v written out; returns the output and the attention weights."
@@ -44,7 +44,7 @@ def explicit_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = No
     weights = scores.softmax(dim=-1).nan_to_num(0.0)  # a query that may attend to no key gets weight 0 (and output 0)
     return F.dropout(weights, dropout_p) @ v, weights  # (B, h, T_q, d_v), (B, h, T_q, T_k)
 
-# %% ../nbs/01_attention.ipynb #02f30d4a
+# %% ../nbs/01_attention.ipynb #fb6e85eb
 def padding_mask(tokens: Tensor, pad_id: int) -> Tensor:
     "Keys that are real tokens: (B, T) ids → (B, 1, 1, T) bools, True = may attend."
     if tokens.dim() != 2:
@@ -56,14 +56,14 @@ def subsequent_mask(size: int, device: torch.device | str | None = None) -> Tens
     "Query i may attend to keys 0..i: (1, 1, T, T) bools, lower-triangular."
     return torch.ones(size, size, dtype=torch.bool, device=device).tril()[None, None]
 
-# %% ../nbs/01_attention.ipynb #b39bb8af
+# %% ../nbs/01_attention.ipynb #e52b02e0
 def fast_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,
                    dropout_p: float = 0.0) -> Tensor:
     "The same function as `explicit_attention` through PyTorch's fused kernel (no weights returned)."
     check_mask(mask, (*q.shape[:-1], k.size(-2)))
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
 
-# %% ../nbs/01_attention.ipynb #f3472624
+# %% ../nbs/01_attention.ipynb #9b5ed8b7
 class MultiHeadAttention(nn.Module):
     "h heads of scaled dot-product attention over learned projections, concatenated and projected (§3.2.2)."
 

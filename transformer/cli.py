@@ -4,11 +4,11 @@
 
 # %% auto #0
 __all__ = ['COMMANDS', 'RunConfig', 'parse_run_config', 'load_run_config', 'load_translator', 'translate_text', 'bleu',
-           'train_run', 'attention_maps', 'machine_description', 'git_commit', 'write_report', 'add_decoding_args',
+           'machine_description', 'git_commit', 'train_run', 'attention_maps', 'write_report', 'add_decoding_args',
            'build_parser', 'cmd_train', 'read_sentences', 'check_decoding_args', 'cmd_translate', 'cmd_evaluate',
            'cmd_average', 'main']
 
-# %% ../nbs/08_cli.ipynb #c769f8c3
+# %% ../nbs/08_cli.ipynb #513666bd
 import argparse
 import csv
 import json
@@ -33,7 +33,7 @@ from .model import PRESETS, Transformer, TransformerConfig, record_attention
 from .training import (CheckpointError, TrainConfig, Trainer, latest_checkpoint, load_model_dir,
                                   make_batch, write_atomically)
 
-# %% ../nbs/08_cli.ipynb #86f9c656
+# %% ../nbs/08_cli.ipynb #4fad0743
 @dataclass(frozen=True)
 class RunConfig:
     "What a translation run needs beyond the data: model preset and overrides, training and data settings."
@@ -93,7 +93,7 @@ def load_run_config(path: str | Path) -> RunConfig:
         raise ValueError(f"{path} is not valid TOML: {e}") from None
     return parse_run_config(d, str(path))
 
-# %% ../nbs/08_cli.ipynb #25162d0a
+# %% ../nbs/08_cli.ipynb #a2cb8134
 def load_translator(folder: str | Path, device: str = "cpu") -> tuple[Transformer, Tokenizer]:
     "The model and tokenizer of a model folder, checked against each other."
     folder = Path(folder)
@@ -127,59 +127,7 @@ def bleu(hypotheses: Sequence[str], references: Sequence[str]) -> tuple[float, s
     result = metric.corpus_score(list(hypotheses), [list(references)])
     return result.score, str(result), str(metric.get_signature())
 
-# %% ../nbs/08_cli.ipynb #3d2f5ab6
-def train_run(run: RunConfig, out: str | Path, data_dir: str | Path | None = None, resume: bool = False,
-              progress: bool = True, device: str = "cpu") -> list[dict]:
-    "Train a Multi30k model as `run` says, writing checkpoints, metrics and the tokenizer into `out`."
-    out = Path(out)
-    tokenizer_path = out / "tokenizer.json"
-    if resume and not tokenizer_path.is_file():
-        raise CheckpointError(f"nothing to resume in {out}: it holds no tokenizer.json")
-    if not resume and (out / "checkpoints").exists():
-        raise ValueError(f"{out} already holds a run: pass --resume to continue it, or choose another --out")
-    train_text = load_split("train", data_dir, run.src_lang, run.tgt_lang)
-    valid_text = load_split("val", data_dir, run.src_lang, run.tgt_lang)
-    if resume:
-        tokenizer = Tokenizer.from_file(str(tokenizer_path))
-    else:  # the vocabulary is learned from the training split only
-        tokenizer = train_bpe([s for pair in train_text for s in pair], run.vocab_size)
-        out.mkdir(parents=True, exist_ok=True)
-        tmp = out / ".tokenizer.json.tmp"
-        tokenizer.save(str(tmp))
-        os.replace(tmp, tokenizer_path)
-        (out / "run.json").write_text(json.dumps(run.to_dict(), indent=2))
-    cfg = run.model_config(tokenizer.get_vocab_size())
-    check_tokenizer(tokenizer, cfg)
-    fits = lambda p: max(len(p[0]), len(p[1])) + 1 <= cfg.max_len  # noqa: E731 (+ </s> or <s>)
-    train_ids = [p for p in encode_pairs(tokenizer, train_text) if fits(p)]
-    valid_ids = encode_pairs(tokenizer, valid_text)
-    references = [t for _, t in valid_text]
-
-    def valid_bleu(trainer: Trainer) -> dict[str, float]:
-        hyps = tokenizer.decode_batch(translate_ids(trainer.model.eval(), [x for x, _ in valid_ids], beam_size=1))
-        return {"valid_bleu": bleu(hyps, references)[0]}
-
-    torch.manual_seed(run.train.seed)
-    trainer = Trainer(Transformer(cfg), run.train, train_ids, valid_ids, out_dir=out, device=device,
-                      progress=progress, on_eval=valid_bleu, extra_files=[tokenizer_path])
-    if resume:
-        trainer.resume()
-    return trainer.fit()
-
-# %% ../nbs/08_cli.ipynb #209f74eb
-def attention_maps(model: Transformer, tokenizer: Tokenizer, source: str, beam_size: int = 4) -> dict:
-    "Translate `source`, then record every attention layer on (source, translation): tokens and weights per layer."
-    src_ids = tokenizer.encode(source).ids
-    out_ids = translate_ids(model, [src_ids], beam_size=beam_size)[0]
-    batch = make_batch([(src_ids, out_ids)], model.cfg)
-    with torch.no_grad(), record_attention(model) as maps:
-        model(batch.src, batch.tgt_in)
-    pieces = lambda ids: [tokenizer.id_to_token(i) for i in ids]  # noqa: E731
-    return {"source": source, "translation": tokenizer.decode(out_ids),
-            "source_tokens": pieces(batch.src[0].tolist()), "target_tokens": pieces(batch.tgt_in[0].tolist()),
-            "layers": {name: w[0].round(decimals=4).tolist() for name, w in maps.items()}}  # (h, T_q, T_k) each
-
-
+# %% ../nbs/08_cli.ipynb #24fb223a
 def machine_description() -> str:
     "CPU model, core count, torch version (and GPU, if used)."
     cpu = platform.processor() or platform.machine()
@@ -201,6 +149,59 @@ def git_commit() -> str:
         return "unknown"
 
 
+def train_run(run: RunConfig, out: str | Path, data_dir: str | Path | None = None, resume: bool = False,
+              progress: bool = True, device: str = "cpu") -> list[dict]:
+    "Train a Multi30k model as `run` says, writing checkpoints, metrics and the tokenizer into `out`."
+    out = Path(out)
+    tokenizer_path = out / "tokenizer.json"
+    if resume and not tokenizer_path.is_file():
+        raise CheckpointError(f"nothing to resume in {out}: it holds no tokenizer.json")
+    if not resume and (out / "checkpoints").exists():
+        raise ValueError(f"{out} already holds a run: pass --resume to continue it, or choose another --out")
+    train_text = load_split("train", data_dir, run.src_lang, run.tgt_lang)
+    valid_text = load_split("val", data_dir, run.src_lang, run.tgt_lang)
+    if resume:
+        tokenizer = Tokenizer.from_file(str(tokenizer_path))
+    else:  # the vocabulary is learned from the training split only
+        tokenizer = train_bpe([s for pair in train_text for s in pair], run.vocab_size)
+        out.mkdir(parents=True, exist_ok=True)
+        tmp = out / ".tokenizer.json.tmp"
+        tokenizer.save(str(tmp))
+        os.replace(tmp, tokenizer_path)
+        provenance = {"commit": git_commit(), "machine": machine_description(), "transformer_version": __version__}
+        (out / "run.json").write_text(json.dumps({**run.to_dict(), "provenance": provenance}, indent=2))
+    cfg = run.model_config(tokenizer.get_vocab_size())
+    check_tokenizer(tokenizer, cfg)
+    fits = lambda p: max(len(p[0]), len(p[1])) + 1 <= cfg.max_len  # noqa: E731 (+ </s> or <s>)
+    train_ids = [p for p in encode_pairs(tokenizer, train_text) if fits(p)]
+    valid_ids = encode_pairs(tokenizer, valid_text)
+    references = [t for _, t in valid_text]
+
+    def valid_bleu(trainer: Trainer) -> dict[str, float]:
+        hyps = tokenizer.decode_batch(translate_ids(trainer.model.eval(), [x for x, _ in valid_ids], beam_size=1))
+        return {"valid_bleu": bleu(hyps, references)[0]}
+
+    torch.manual_seed(run.train.seed)
+    trainer = Trainer(Transformer(cfg), run.train, train_ids, valid_ids, out_dir=out, device=device,
+                      progress=progress, on_eval=valid_bleu, extra_files=[tokenizer_path])
+    if resume:
+        trainer.resume()
+    return trainer.fit()
+
+# %% ../nbs/08_cli.ipynb #f27557ce
+def attention_maps(model: Transformer, tokenizer: Tokenizer, source: str, beam_size: int = 4) -> dict:
+    "Translate `source`, then record every attention layer on (source, translation): tokens and weights per layer."
+    src_ids = tokenizer.encode(source).ids
+    out_ids = translate_ids(model, [src_ids], beam_size=beam_size)[0]
+    batch = make_batch([(src_ids, out_ids)], model.cfg)
+    with torch.no_grad(), record_attention(model) as maps:
+        model(batch.src, batch.tgt_in)
+    pieces = lambda ids: [tokenizer.id_to_token(i) for i in ids]  # noqa: E731
+    return {"source": source, "translation": tokenizer.decode(out_ids),
+            "source_tokens": pieces(batch.src[0].tolist()), "target_tokens": pieces(batch.tgt_in[0].tolist()),
+            "layers": {name: w[0].round(decimals=4).tolist() for name, w in maps.items()}}  # (h, T_q, T_k) each
+
+
 def write_report(model_dir: Path, report_dir: Path, pairs: Sequence[tuple[str, str]], hypotheses: Sequence[str],
                  score: float, signature: str, beam_size: int, alpha: float) -> Path:
     "Write summary.json, samples.csv, attention.json (and the run's metrics.csv and config.json) into `report_dir`."
@@ -210,12 +211,14 @@ def write_report(model_dir: Path, report_dir: Path, pairs: Sequence[tuple[str, s
     run_dir = next((p for p in (origin, *origin.parents) if (p / "run.json").is_file()), None)
     checkpoint = run_dir and latest_checkpoint(run_dir)
     state = json.loads((checkpoint / "trainer.json").read_text()) if checkpoint else {}
+    trained = json.loads((run_dir / "run.json").read_text())["provenance"] if run_dir else {}
     summary = {"test2016_sacrebleu": round(score, 2), "sacrebleu_signature": signature, "beam_size": beam_size,
                "alpha": alpha, "averaged_checkpoints": [Path(p).name for p in averaged],
                "train_minutes": round(state.get("train_seconds", 0) / 60, 1), "train_steps": state.get("step"),
                "epochs": state.get("epoch"), "tokens_per_s": round(state.get("tokens_seen", 0) / max(state.get("train_seconds", 0), 1e-9)),
-               "parameters": sum(p.numel() for p in model.parameters()), "commit": git_commit(),
-               "machine": machine_description(), "transformer_version": __version__}
+               "parameters": sum(p.numel() for p in model.parameters()),
+               "commit": trained.get("commit", "unknown"), "machine": trained.get("machine", "unknown"),
+               "evaluated_at_commit": git_commit(), "evaluated_on": machine_description()}
 
     def write(tmp: Path) -> None:
         (tmp / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
@@ -232,7 +235,7 @@ def write_report(model_dir: Path, report_dir: Path, pairs: Sequence[tuple[str, s
 
     return write_atomically(Path(report_dir), write)
 
-# %% ../nbs/08_cli.ipynb #c2aead7c
+# %% ../nbs/08_cli.ipynb #3c495d75
 def add_decoding_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True, help="a model folder: a checkpoint or an average")
     p.add_argument("--beam", type=int, default=4, help="beam size; 1 decodes greedily (default 4, §6.1)")
@@ -283,7 +286,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--last", type=int, default=5, help="how many of the run's last checkpoints (default 5)")
     return parser
 
-# %% ../nbs/08_cli.ipynb #4696c8da
+# %% ../nbs/08_cli.ipynb #f3e39a30
 def cmd_train(args: argparse.Namespace) -> None:
     run = load_run_config(args.config) if args.config else RunConfig(preset=args.preset or "small")
     overrides = {k: v for k, v in (("bf16", args.bf16 or None), ("keep_last", args.keep_last),

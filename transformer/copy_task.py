@@ -5,7 +5,7 @@
 # %% auto #0
 __all__ = ['copy_pairs', 'exact_match', 'train_copy_model']
 
-# %% ../nbs/06_copy_task.ipynb #e75992b5
+# %% ../nbs/06_copy_task.ipynb #cfb3b3a5
 from collections.abc import Sequence
 
 import torch
@@ -14,7 +14,7 @@ from .decoding import translate_ids
 from .model import Transformer, TransformerConfig
 from .training import TrainConfig, Trainer
 
-# %% ../nbs/06_copy_task.ipynb #ace76a27
+# %% ../nbs/06_copy_task.ipynb #74dce509
 def copy_pairs(n: int, seed: int, n_symbols: int = 10, length: int = 10) -> list[tuple[list[int], list[int]]]:
     "`n` random (sequence, same sequence) pairs of `length` symbols with ids 3 … 3 + n_symbols - 1."
     g = torch.Generator().manual_seed(seed)

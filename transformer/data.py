@@ -7,7 +7,7 @@ __all__ = ['MULTI30K_URL', 'MULTI30K_SPLITS', 'MULTI30K_SHA256', 'DATA_DIR_ENV',
            'cache_dir', 'check_file', 'multi30k_file', 'read_lines', 'load_split', 'train_bpe', 'check_tokenizer',
            'encode_pairs']
 
-# %% ../nbs/07_data.ipynb #05b72e3c
+# %% ../nbs/07_data.ipynb #6f58bb52
 import gzip
 import hashlib
 import os
@@ -19,7 +19,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from .model import TransformerConfig
 
-# %% ../nbs/07_data.ipynb #3af40b9b
+# %% ../nbs/07_data.ipynb #e5a4adfc
 MULTI30K_URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw"
 MULTI30K_SPLITS = {"train": "train", "val": "val", "test2016": "test_2016_flickr"}  # our name → file stem
 MULTI30K_SHA256 = {
@@ -99,7 +99,7 @@ def load_split(split: str, data_dir: str | Path | None = None, src: str = "de", 
                         "the files do not belong together")
     return list(zip(sources, targets))
 
-# %% ../nbs/07_data.ipynb #f6303533
+# %% ../nbs/07_data.ipynb #48638fc5
 SPECIAL_TOKENS = ["<pad>", "<s>", "</s>"]  # ids 0, 1, 2: TransformerConfig's pad_id, bos_id, eos_id
 
 

@@ -6,7 +6,7 @@
 __all__ = ['output_limits', 'allowed_logprobs', 'strip_specials', 'greedy_decode', 'length_penalty', 'Hypothesis', 'beam_search',
            'translate_ids', 'average_checkpoints', 'save_average']
 
-# %% ../nbs/05_decoding.ipynb #7fb44a2b
+# %% ../nbs/05_decoding.ipynb #314c0981
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -20,7 +20,7 @@ from .model import KVCache, Transformer
 from .training import (CheckpointError, load_model_dir, pad_sequences, read_config, save_model_files,
                                   write_atomically)
 
-# %% ../nbs/05_decoding.ipynb #6b5b5e38
+# %% ../nbs/05_decoding.ipynb #a9d514b9
 def output_limits(src: Tensor, model: Transformer, max_extra: int) -> Tensor:
     "Per sentence, the most tokens the output may have (</s> included): source length + `max_extra`, capped."
     if max_extra < 1:
@@ -52,7 +52,7 @@ def strip_specials(tokens: Sequence[int], model: Transformer) -> list[int]:
             out.append(t)
     return out
 
-# %% ../nbs/05_decoding.ipynb #3e8249fe
+# %% ../nbs/05_decoding.ipynb #aef2db75
 @torch.no_grad()
 def greedy_decode(model: Transformer, src: Tensor, max_extra: int = 50, use_cache: bool = True) -> list[list[int]]:
     "The most probable token at each step, for a batch of source ids (B, S); returns the tokens without specials."
@@ -73,7 +73,7 @@ def greedy_decode(model: Transformer, src: Tensor, max_extra: int = 50, use_cach
             break
     return [strip_specials(row, model) for row in ys.tolist()]
 
-# %% ../nbs/05_decoding.ipynb #c84eed8f
+# %% ../nbs/05_decoding.ipynb #09ffa59e
 def length_penalty(length: Tensor | int, alpha: float) -> Tensor | float:
     "GNMT's length penalty ((5 + |y|) / 6)^α."
     return ((5 + length) / 6) ** alpha
@@ -87,7 +87,7 @@ class Hypothesis:
     logprob: float
     score: float
 
-# %% ../nbs/05_decoding.ipynb #b224b79a
+# %% ../nbs/05_decoding.ipynb #57dd7237
 @torch.no_grad()
 def beam_search(model: Transformer, src: Tensor, beam_size: int = 4, alpha: float = 0.6, max_extra: int = 50,
                 n_best: int = 1) -> list[list[Hypothesis]]:
@@ -138,7 +138,7 @@ def beam_search(model: Transformer, src: Tensor, beam_size: int = 4, alpha: floa
             cache.select(rows)
     return [sorted(f, key=lambda h: h.score, reverse=True)[:n_best] for f in finished]
 
-# %% ../nbs/05_decoding.ipynb #c4025e0f
+# %% ../nbs/05_decoding.ipynb #2654722d
 def translate_ids(model: Transformer, sentences: Sequence[Sequence[int]], beam_size: int = 4, alpha: float = 0.6,
                   batch_size: int = 64, max_extra: int = 50) -> list[list[int]]:
     "Translate source id lists (without specials); beam search, or greedy decoding when `beam_size` is 1."
@@ -156,7 +156,7 @@ def translate_ids(model: Transformer, sentences: Sequence[Sequence[int]], beam_s
             out[i] = tokens
     return out
 
-# %% ../nbs/05_decoding.ipynb #3b0adb06
+# %% ../nbs/05_decoding.ipynb #5d09d81b
 def average_checkpoints(folders: Sequence[str | Path]) -> Transformer:
     "A model whose weights are the mean of those in `folders`, which must share one configuration."
     if not folders:

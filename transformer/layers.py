@@ -6,7 +6,7 @@
 __all__ = ['PositionwiseFeedForward', 'check_tokens', 'Embeddings', 'sinusoid_table', 'check_length',
            'SinusoidalPositionalEncoding', 'LearnedPositionalEncoding', 'ResidualConnection']
 
-# %% ../nbs/02_layers.ipynb #c371f4c4
+# %% ../nbs/02_layers.ipynb #c6a6a8ba
 import math
 from collections.abc import Callable
 
@@ -16,7 +16,7 @@ from torch import Tensor, nn
 
 from .attention import check_dropout
 
-# %% ../nbs/02_layers.ipynb #c2bd29cb
+# %% ../nbs/02_layers.ipynb #439b5270
 class PositionwiseFeedForward(nn.Module):
     "FFN(x) = max(0, x W₁ + b₁) W₂ + b₂, the same at every position (§3.3)."
 
@@ -29,7 +29,7 @@ class PositionwiseFeedForward(nn.Module):
         "(B, T, d_model) → (B, T, d_model)."
         return self.linear2(F.relu(self.linear1(x)))
 
-# %% ../nbs/02_layers.ipynb #cc44db77
+# %% ../nbs/02_layers.ipynb #68541987
 def check_tokens(tokens: Tensor, vocab_size: int) -> None:
     "Raise unless `tokens` is a (batch, length) integer tensor of ids below `vocab_size`."
     if tokens.dtype.is_floating_point or tokens.dtype.is_complex or tokens.dtype == torch.bool:
@@ -54,7 +54,7 @@ class Embeddings(nn.Module):
         check_tokens(tokens, self.vocab_size)
         return self.table(tokens) * self.scale
 
-# %% ../nbs/02_layers.ipynb #3bb9aca0
+# %% ../nbs/02_layers.ipynb #aa9c44bb
 def sinusoid_table(max_len: int, d_model: int) -> Tensor:
     "The (max_len, d_model) table PE[pos, 2i] = sin(pos·ω_i), PE[pos, 2i+1] = cos(pos·ω_i), ω_i = 10000^(-2i/d)."
     if d_model % 2:
@@ -100,7 +100,7 @@ class LearnedPositionalEncoding(nn.Module):
         check_length(start + x.size(1), self.table.num_embeddings)
         return self.dropout(x + self.table.weight[start : start + x.size(1)])
 
-# %% ../nbs/02_layers.ipynb #dc8d4281
+# %% ../nbs/02_layers.ipynb #c883f765
 class ResidualConnection(nn.Module):
     "x + Dropout(sublayer(x)) with LayerNorm after the sum (post-LN, the paper) or on the input (pre-LN)."
 

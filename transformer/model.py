@@ -6,7 +6,7 @@
 __all__ = ['PRESETS', 'TransformerConfig', 'EncoderLayer', 'DecoderLayer', 'Encoder', 'Decoder', 'KVCache', 'Transformer',
            'record_attention', 'count_parameters', 'parameter_breakdown']
 
-# %% ../nbs/03_model.ipynb #a4037205
+# %% ../nbs/03_model.ipynb #3029261f
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
@@ -19,7 +19,7 @@ from .attention import MultiHeadAttention, check_dropout, padding_mask, subseque
 from .layers import (Embeddings, LearnedPositionalEncoding, PositionwiseFeedForward,
                                 ResidualConnection, SinusoidalPositionalEncoding)
 
-# %% ../nbs/03_model.ipynb #a6a9b0dd
+# %% ../nbs/03_model.ipynb #015d6885
 @dataclass(frozen=True)
 class TransformerConfig:
     "Sizes and switches of the encoder-decoder Transformer; the defaults are the paper's base model."
@@ -81,7 +81,7 @@ PRESETS: dict[str, dict] = {
     "tiny": dict(d_model=32, n_heads=4, d_ff=64, n_encoder_layers=2, n_decoder_layers=2, max_len=256),  # tests
 }
 
-# %% ../nbs/03_model.ipynb #5de22361
+# %% ../nbs/03_model.ipynb #7e1a3ad7
 class EncoderLayer(nn.Module):
     "Self-attention, then the feed-forward network, each in a residual connection (§3.1)."
 
@@ -148,7 +148,7 @@ class Decoder(nn.Module):
             x = layer(x, memory, src_mask, tgt_mask, None if cache is None else cache.layers[i])
         return self.norm(x)
 
-# %% ../nbs/03_model.ipynb #e0070c24
+# %% ../nbs/03_model.ipynb #8251e8a4
 class KVCache:
     "Keys and values kept between incremental decoding steps: per decoder layer, one dict per attention."
 
@@ -167,7 +167,7 @@ class KVCache:
                 for name, t in attn.items():
                     attn[name] = t.index_select(0, index)
 
-# %% ../nbs/03_model.ipynb #46cef618
+# %% ../nbs/03_model.ipynb #1be8dd34
 class Transformer(nn.Module):
     "The encoder-decoder Transformer of Vaswani et al. (2017), Figure 1."
 
@@ -218,7 +218,7 @@ class Transformer(nn.Module):
         src_mask = padding_mask(src, self.cfg.pad_id)
         return self.generator(self.decode(tgt, self.encode(src, src_mask), src_mask))
 
-# %% ../nbs/03_model.ipynb #e7f97343
+# %% ../nbs/03_model.ipynb #749fdefb
 @contextmanager
 def record_attention(model: nn.Module) -> Iterator[dict[str, Tensor]]:
     "Within the block, attention layers keep their weights; afterwards the dict maps layer names to (B, h, T_q, T_k)."
@@ -234,7 +234,7 @@ def record_attention(model: nn.Module) -> Iterator[dict[str, Tensor]]:
                 maps[name] = m.weights
             m.record, m.weights = False, None
 
-# %% ../nbs/03_model.ipynb #696684bb
+# %% ../nbs/03_model.ipynb #f2de0e49
 def count_parameters(model: nn.Module) -> int:
     "Number of distinct parameters (shared weights counted once)."
     return sum(p.numel() for p in model.parameters())

@@ -8,7 +8,7 @@ __all__ = ['Batch', 'pad_sequences', 'make_batch', 'TokenBatchSampler', 'label_s
            'read_config', 'load_weights', 'load_model_dir', 'optimizer_tensors', 'load_optimizer', 'rng_tensors',
            'set_rng', 'latest_checkpoint', 'NonFiniteLossError', 'Trainer']
 
-# %% ../nbs/04_training.ipynb #615623c3
+# %% ../nbs/04_training.ipynb #90d61d79
 import csv
 import json
 import math
@@ -29,7 +29,7 @@ from tqdm.auto import tqdm
 from .attention import padding_mask, subsequent_mask
 from .model import Transformer, TransformerConfig
 
-# %% ../nbs/04_training.ipynb #d29164f1
+# %% ../nbs/04_training.ipynb #8ce6c434
 @dataclass
 class Batch:
     "Padded source and target tensors for teacher forcing, with their masks and token counts."
@@ -79,7 +79,7 @@ def make_batch(pairs: Sequence[tuple[Sequence[int], Sequence[int]]], cfg: Transf
                  tgt_out=pad_sequences([[*y, cfg.eos_id] for _, y in pairs], cfg.pad_id),
                  pad_id=cfg.pad_id)
 
-# %% ../nbs/04_training.ipynb #57cf4f96
+# %% ../nbs/04_training.ipynb #483d4b9a
 class TokenBatchSampler:
     "Batches of indices of similar length, each at most `max_tokens` padded tokens per side, in shuffled order."
 
@@ -118,7 +118,7 @@ class TokenBatchSampler:
                 padded += len(lengths) * max(lengths) - sum(lengths)
         return padded / total
 
-# %% ../nbs/04_training.ipynb #373af923
+# %% ../nbs/04_training.ipynb #48cf5bf5
 def label_smoothed_loss(logits: Tensor, target: Tensor, smoothing: float,
                         ignore_index: int | None = None) -> tuple[Tensor, Tensor]:
     "Sums over the targets of the label-smoothed cross-entropy and of the plain NLL: (N, V), (N) → two scalars."
@@ -132,7 +132,7 @@ def label_smoothed_loss(logits: Tensor, target: Tensor, smoothing: float,
     loss = (1 - smoothing) * nll - smoothing * logp.mean(-1)  # cross-entropy against q
     return loss.sum(), nll.sum()
 
-# %% ../nbs/04_training.ipynb #3df1498d
+# %% ../nbs/04_training.ipynb #4b8ab67d
 def noam_rate(step: int, d_model: int, warmup: int, factor: float = 1.0) -> float:
     "The paper's learning rate at optimizer step `step` (counted from 1)."
     step = max(step, 1)
@@ -146,7 +146,7 @@ def make_optimizer(model: torch.nn.Module, d_model: int, warmup: int, factor: fl
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda i: noam_rate(i + 1, d_model, warmup, factor))
     return optimizer, schedule
 
-# %% ../nbs/04_training.ipynb #146659d7
+# %% ../nbs/04_training.ipynb #6b59c30b
 @dataclass(frozen=True)
 class TrainConfig:
     "Settings of a training run; the defaults follow §5 where the paper gives a value."
@@ -182,7 +182,7 @@ class TrainConfig:
             raise ValueError(f"unknown training setting(s): {', '.join(sorted(unknown))}")
         return cls(**d)
 
-# %% ../nbs/04_training.ipynb #e7318eb1
+# %% ../nbs/04_training.ipynb #bf1429af
 def batch_loss(model: Transformer, batch: Batch, smoothing: float) -> tuple[Tensor, Tensor]:
     "Summed label-smoothed loss and NLL over the real target tokens of `batch`."
     src_mask = batch.src_mask
@@ -206,7 +206,7 @@ def evaluate(model: Transformer, pairs: Sequence[tuple[Sequence[int], Sequence[i
     model.train(was_training)
     return {"loss": nll / tokens, "ppl": math.exp(nll / tokens)}
 
-# %% ../nbs/04_training.ipynb #69508ae6
+# %% ../nbs/04_training.ipynb #9492f02d
 class CheckpointError(ValueError):
     "A checkpoint that is missing, truncated, corrupt or does not fit the model."
 
@@ -280,7 +280,7 @@ def load_optimizer(optimizer: torch.optim.Optimizer, tensors: dict[str, Tensor],
         state.setdefault(int(i), {})[name] = v
     optimizer.load_state_dict({"state": state, "param_groups": groups})
 
-# %% ../nbs/04_training.ipynb #b54d910c
+# %% ../nbs/04_training.ipynb #a5f4b0f1
 def rng_tensors() -> dict[str, Tensor]:
     "The states of torch's random-number generators (CPU and every CUDA device)."
     out = {"torch_cpu": torch.get_rng_state()}
@@ -296,7 +296,7 @@ def set_rng(tensors: dict[str, Tensor]) -> None:
     if cuda and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(cuda)
 
-# %% ../nbs/04_training.ipynb #5328030d
+# %% ../nbs/04_training.ipynb #cbf0cead
 def latest_checkpoint(out_dir: str | Path) -> Path | None:
     "The checkpoint that `out_dir/checkpoints/latest` names, if any."
     pointer = Path(out_dir) / "checkpoints" / "latest"

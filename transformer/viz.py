@@ -5,12 +5,12 @@
 # %% auto #0
 __all__ = ['book_renderer', 'enable_book_charts', 'write_vega_bundle']
 
-# %% ../nbs/00_introduction.ipynb #ec009440
+# %% ../nbs/00_introduction.ipynb #6bd6e0ad
 import json
 import uuid
 from pathlib import Path
 
-# %% ../nbs/00_introduction.ipynb #638935ef
+# %% ../nbs/00_introduction.ipynb #7927467d
 _CDN = "https://cdn.jsdelivr.net/npm"
 
 _EMBED_TEMPLATE = """<div id="{div}"></div>
