@@ -8,7 +8,7 @@ __all__ = ['COMMANDS', 'RunConfig', 'parse_run_config', 'load_run_config', 'load
            'build_parser', 'cmd_train', 'read_sentences', 'check_decoding_args', 'cmd_translate', 'cmd_evaluate',
            'cmd_average', 'main']
 
-# %% ../nbs/08_cli.ipynb #513666bd
+# %% ../nbs/08_cli.ipynb #71609bbb
 import argparse
 import csv
 import json
@@ -33,7 +33,7 @@ from .model import PRESETS, Transformer, TransformerConfig, record_attention
 from .training import (CheckpointError, TrainConfig, Trainer, latest_checkpoint, load_model_dir,
                                   make_batch, write_atomically)
 
-# %% ../nbs/08_cli.ipynb #4fad0743
+# %% ../nbs/08_cli.ipynb #59e171af
 @dataclass(frozen=True)
 class RunConfig:
     "What a translation run needs beyond the data: model preset and overrides, training and data settings."
@@ -93,7 +93,7 @@ def load_run_config(path: str | Path) -> RunConfig:
         raise ValueError(f"{path} is not valid TOML: {e}") from None
     return parse_run_config(d, str(path))
 
-# %% ../nbs/08_cli.ipynb #a2cb8134
+# %% ../nbs/08_cli.ipynb #d47b681b
 def load_translator(folder: str | Path, device: str = "cpu") -> tuple[Transformer, Tokenizer]:
     "The model and tokenizer of a model folder, checked against each other."
     folder = Path(folder)
@@ -127,7 +127,7 @@ def bleu(hypotheses: Sequence[str], references: Sequence[str]) -> tuple[float, s
     result = metric.corpus_score(list(hypotheses), [list(references)])
     return result.score, str(result), str(metric.get_signature())
 
-# %% ../nbs/08_cli.ipynb #24fb223a
+# %% ../nbs/08_cli.ipynb #f4e1ad44
 def machine_description() -> str:
     "CPU model, core count, torch version (and GPU, if used)."
     cpu = platform.processor() or platform.machine()
@@ -188,7 +188,7 @@ def train_run(run: RunConfig, out: str | Path, data_dir: str | Path | None = Non
         trainer.resume()
     return trainer.fit()
 
-# %% ../nbs/08_cli.ipynb #f27557ce
+# %% ../nbs/08_cli.ipynb #907ac93d
 def attention_maps(model: Transformer, tokenizer: Tokenizer, source: str, beam_size: int = 4) -> dict:
     "Translate `source`, then record every attention layer on (source, translation): tokens and weights per layer."
     src_ids = tokenizer.encode(source).ids
@@ -196,7 +196,8 @@ def attention_maps(model: Transformer, tokenizer: Tokenizer, source: str, beam_s
     batch = make_batch([(src_ids, out_ids)], model.cfg)
     with torch.no_grad(), record_attention(model) as maps:
         model(batch.src, batch.tgt_in)
-    pieces = lambda ids: [tokenizer.id_to_token(i) for i in ids]  # noqa: E731
+    specials = {model.cfg.pad_id, model.cfg.bos_id, model.cfg.eos_id}
+    pieces = lambda ids: [tokenizer.id_to_token(i) if i in specials else tokenizer.decode([i]) for i in ids]  # noqa: E731
     return {"source": source, "translation": tokenizer.decode(out_ids),
             "source_tokens": pieces(batch.src[0].tolist()), "target_tokens": pieces(batch.tgt_in[0].tolist()),
             "layers": {name: w[0].round(decimals=4).tolist() for name, w in maps.items()}}  # (h, T_q, T_k) each
@@ -212,13 +213,22 @@ def write_report(model_dir: Path, report_dir: Path, pairs: Sequence[tuple[str, s
     checkpoint = run_dir and latest_checkpoint(run_dir)
     state = json.loads((checkpoint / "trainer.json").read_text()) if checkpoint else {}
     trained = json.loads((run_dir / "run.json").read_text())["provenance"] if run_dir else {}
+    sources, references = [s for s, _ in pairs], [r for _, r in pairs]
+    variants = [{"model": f"average of {len(averaged)} checkpoints" if averaged else model_dir.name,
+                 "beam": beam_size, "bleu": round(score, 2)},
+                {"model": model_dir.name if not averaged else f"average of {len(averaged)} checkpoints", "beam": 1,
+                 "bleu": round(bleu(translate_text(model, tokenizer, sources, 1), references)[0], 2)}]
+    if averaged and checkpoint:  # what averaging adds over the last checkpoint alone
+        last, _ = load_translator(checkpoint)
+        variants.append({"model": f"last checkpoint ({checkpoint.name})", "beam": beam_size,
+                         "bleu": round(bleu(translate_text(last, tokenizer, sources, beam_size, alpha), references)[0], 2)})
     summary = {"test2016_sacrebleu": round(score, 2), "sacrebleu_signature": signature, "beam_size": beam_size,
                "alpha": alpha, "averaged_checkpoints": [Path(p).name for p in averaged],
                "train_minutes": round(state.get("train_seconds", 0) / 60, 1), "train_steps": state.get("step"),
                "epochs": state.get("epoch"), "tokens_per_s": round(state.get("tokens_seen", 0) / max(state.get("train_seconds", 0), 1e-9)),
                "parameters": sum(p.numel() for p in model.parameters()),
                "commit": trained.get("commit", "unknown"), "machine": trained.get("machine", "unknown"),
-               "evaluated_at_commit": git_commit(), "evaluated_on": machine_description()}
+               "evaluated_at_commit": git_commit(), "evaluated_on": machine_description(), "variants": variants}
 
     def write(tmp: Path) -> None:
         (tmp / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
@@ -235,7 +245,7 @@ def write_report(model_dir: Path, report_dir: Path, pairs: Sequence[tuple[str, s
 
     return write_atomically(Path(report_dir), write)
 
-# %% ../nbs/08_cli.ipynb #3c495d75
+# %% ../nbs/08_cli.ipynb #089e21c6
 def add_decoding_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True, help="a model folder: a checkpoint or an average")
     p.add_argument("--beam", type=int, default=4, help="beam size; 1 decodes greedily (default 4, §6.1)")
@@ -286,7 +296,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--last", type=int, default=5, help="how many of the run's last checkpoints (default 5)")
     return parser
 
-# %% ../nbs/08_cli.ipynb #f3e39a30
+# %% ../nbs/08_cli.ipynb #6215d493
 def cmd_train(args: argparse.Namespace) -> None:
     run = load_run_config(args.config) if args.config else RunConfig(preset=args.preset or "small")
     overrides = {k: v for k, v in (("bf16", args.bf16 or None), ("keep_last", args.keep_last),
