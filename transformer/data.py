@@ -78,7 +78,11 @@ def multi30k_file(name: str, data_dir: str | Path | None = None, url: str = MULT
         except OSError as e:
             tmp.unlink(missing_ok=True)
             raise DataError(f"could not download {url}/{name} ({e}); download it by hand and pass --data-dir") from None
-        os.replace(tmp, path)  # a failed download never leaves a file under the final name
+        if (digest := sha256(tmp)) != MULTI30K_SHA256[name]:  # checked before it takes the final name
+            tmp.unlink()
+            raise DataError(f"the downloaded {name} has SHA-256 {digest[:12]}…, expected {MULTI30K_SHA256[name][:12]}…: "
+                            "the download is corrupt or the repository changed; try again, or pass --data-dir")
+        os.replace(tmp, path)  # a failed or corrupt download never leaves a file under the final name
     return check_file(path)
 
 
