@@ -1,0 +1,62 @@
+"""What the benchmark scripts share: provenance, a measured matmul peak, Multi30k batches, and result files."""
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from transformer.cli import git_commit, machine_description
+from transformer.data import encode_pairs, load_split, train_bpe
+from transformer.training import TokenBatchSampler, make_batch
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def device_tag() -> str:
+    "'cpu' or the GPU's name, for file names and tables."
+    return torch.cuda.get_device_name().replace(" ", "-") if torch.cuda.is_available() else "cpu"
+
+
+def matmul_peak_gflops(dtype: torch.dtype = torch.float32, n: int = 2048, repeats: int = 5,
+                       device: str = "cpu") -> float:
+    "Best GFLOP/s of an n × n matrix product: the machine's practical peak, measured in the same run."
+    a, b = torch.randn(n, n, device=device, dtype=dtype), torch.randn(n, n, device=device, dtype=dtype)
+    best = float("inf")
+    for _ in range(repeats + 1):
+        sync(device)
+        start = time.perf_counter()
+        a @ b
+        sync(device)
+        best = min(best, time.perf_counter() - start)
+    return 2 * n**3 / best / 1e9
+
+
+def sync(device: str) -> None:
+    if device != "cpu":
+        torch.cuda.synchronize()
+
+
+def multi30k_ids(vocab_size: int = 8000):
+    "A BPE tokenizer trained on Multi30k's training split, and the encoded train and test2016 pairs."
+    train = load_split("train")
+    tokenizer = train_bpe([s for pair in train for s in pair], vocab_size)
+    return tokenizer, encode_pairs(tokenizer, train), encode_pairs(tokenizer, load_split("test2016"))
+
+
+def bucketed_batches(pairs, cfg, max_tokens: int, n: int, seed: int = 0):
+    "The first `n` token-bucketed training batches of epoch 0 (the Trainer's own batching)."
+    sampler = TokenBatchSampler([(len(x) + 1, len(y) + 1) for x, y in pairs], max_tokens, seed=seed)
+    return [make_batch([pairs[i] for i in idx], cfg) for idx in sampler.batches(0)[:n]]
+
+
+def write_result(name: str, result: dict) -> Path:
+    "Write `result` with provenance to benchmarks/results/NAME-DEVICE.json and return the path."
+    RESULTS.mkdir(exist_ok=True)
+    path = RESULTS / f"{name}-{device_tag()}.json"
+    result = {"benchmark": name, "commit": git_commit(), "machine": machine_description(),
+              "torch": torch.__version__, "threads": torch.get_num_threads(),
+              "command": " ".join(["python", *sys.argv]), **result}
+    path.write_text(json.dumps(result, indent=2) + "\n")
+    return path

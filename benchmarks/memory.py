@@ -1,0 +1,59 @@
+"""Peak memory (resident set size) of one training step for each preset, each in a fresh process so that the
+peaks do not mix: model, gradients, Adam's moments and activations for a batch of `--max-tokens` tokens per side.
+
+    python benchmarks/memory.py --presets tiny small base
+"""
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+
+import torch
+
+from common import write_result
+
+
+def child(preset: str, max_tokens: int) -> None:
+    "Run one training step of `preset` on a batch of random sentences; print the peak RSS in MiB as JSON."
+    from transformer.model import Transformer, TransformerConfig
+    from transformer.training import batch_loss, make_batch, make_optimizer
+
+    cfg = TransformerConfig.preset(preset, src_vocab_size=8000, tgt_vocab_size=8000)
+    torch.manual_seed(0)
+    model = Transformer(cfg).train()
+    optimizer, _ = make_optimizer(model, cfg.d_model, 4000)
+    length = 20
+    pairs = [(torch.randint(3, 8000, (length - 1,)).tolist(),) * 2 for _ in range(max_tokens // length)]
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    loss, _ = batch_loss(model, make_batch(pairs, cfg), 0.1)
+    loss.backward()
+    optimizer.step()
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    params = sum(p.numel() for p in model.parameters())
+    print(json.dumps({"preset": preset, "parameters": params, "peak_rss_mib": round(peak),
+                      "rss_before_step_mib": round(before)}))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--presets", nargs="+", default=["tiny", "small", "base"])
+    parser.add_argument("--max-tokens", type=int, default=2048)
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        return child(args.child, args.max_tokens)
+    rows = []
+    for preset in args.presets:
+        out = subprocess.run([sys.executable, __file__, "--child", preset, "--max-tokens", str(args.max_tokens)],
+                             capture_output=True, text=True, check=True).stdout
+        rows.append(json.loads(out.strip().splitlines()[-1]))
+        print(f"{preset:6} {rows[-1]['parameters'] / 1e6:7.1f}M parameters: peak RSS {rows[-1]['peak_rss_mib']:,} MiB",
+              flush=True)
+    path = write_result("memory", {"max_tokens": args.max_tokens, "vocab_size": 8000, "rows": rows})
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,213 @@
+"""Training throughput, side by side in one run: our Transformer, torch.nn.Transformer and a tutorial-style naive
+implementation, with the same dimensions, embeddings, output layer and token-bucketed Multi30k batches.
+
+Throughput is target tokens per second of a full training step (forward, loss, backward, Adam step). Steps of the
+three implementations are interleaved, batch by batch, so that drifts of the machine's speed hit all of them alike.
+
+    python benchmarks/train_throughput.py                       # small preset, float32 and bf16 autocast
+    python benchmarks/train_throughput.py --presets small base --steps 8
+"""
+
+import argparse
+import math
+import time
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
+
+from common import bucketed_batches, matmul_peak_gflops, multi30k_ids, sync, write_result
+from transformer.model import Transformer, TransformerConfig
+from transformer.training import batch_loss, make_optimizer
+
+# --- the baselines ---------------------------------------------------------------------------------------------
+
+
+class WithOurEmbeddings(nn.Module):
+    "A baseline that uses our (tied) embeddings, positional encodings and output layer around its own layers."
+
+    def __init__(self, cfg: TransformerConfig):
+        super().__init__()
+        ours = Transformer(cfg)
+        self.cfg, self.src_embed, self.tgt_embed = cfg, ours.src_embed, ours.tgt_embed
+        self.src_pos, self.tgt_pos, self.generator = ours.src_pos, ours.tgt_pos, ours.generator
+
+
+class TorchTransformer(WithOurEmbeddings):
+    "torch.nn.Transformer between our embeddings, positions and tied output layer; loss over every position."
+
+    def __init__(self, cfg: TransformerConfig):
+        super().__init__(cfg)
+        self.core = nn.Transformer(cfg.d_model, cfg.n_heads, cfg.n_encoder_layers, cfg.n_decoder_layers, cfg.d_ff,
+                                   cfg.dropout, batch_first=True)
+
+    def loss(self, batch, smoothing):
+        pad = self.cfg.pad_id
+        T = batch.tgt_in.size(1)
+        out = self.core(self.src_pos(self.src_embed(batch.src)), self.tgt_pos(self.tgt_embed(batch.tgt_in)),
+                        tgt_mask=nn.Transformer.generate_square_subsequent_mask(T, dtype=torch.bool),
+                        src_key_padding_mask=batch.src == pad, tgt_key_padding_mask=batch.tgt_in == pad,
+                        memory_key_padding_mask=batch.src == pad, tgt_is_causal=True)
+        logits = self.generator(out)
+        return F.cross_entropy(logits.flatten(0, 1).float(), batch.tgt_out.flatten(), ignore_index=pad,
+                               label_smoothing=smoothing, reduction="sum")
+
+
+class NaiveAttention(nn.Module):
+    "Multi-head attention as tutorials write it: separate Q/K/V projections, masked_fill, softmax."
+
+    def __init__(self, d_model: int, n_heads: int, dropout: float):
+        super().__init__()
+        self.h, self.d_k = n_heads, d_model // n_heads
+        self.q, self.k, self.v, self.o = (nn.Linear(d_model, d_model) for _ in range(4))
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, query, key, value, mask):
+        B = query.size(0)
+        q, k, v = (proj(x).view(B, -1, self.h, self.d_k).transpose(1, 2)
+                   for proj, x in ((self.q, query), (self.k, key), (self.v, value)))
+        scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_k)
+        scores = scores.masked_fill(mask == 0, -1e9)
+        attn = self.dropout(scores.softmax(dim=-1))
+        return self.o((attn @ v).transpose(1, 2).contiguous().view(B, -1, self.h * self.d_k))
+
+
+class NaiveLayer(nn.Module):
+    "A post-LN encoder (cross=False) or decoder (cross=True) layer built from `NaiveAttention`."
+
+    def __init__(self, cfg: TransformerConfig, cross: bool):
+        super().__init__()
+        self.self_attn = NaiveAttention(cfg.d_model, cfg.n_heads, cfg.dropout)
+        self.cross_attn = NaiveAttention(cfg.d_model, cfg.n_heads, cfg.dropout) if cross else None
+        self.ff = nn.Sequential(nn.Linear(cfg.d_model, cfg.d_ff), nn.ReLU(), nn.Linear(cfg.d_ff, cfg.d_model))
+        self.norms = nn.ModuleList(nn.LayerNorm(cfg.d_model) for _ in range(3 if cross else 2))
+        self.drop = nn.Dropout(cfg.dropout)
+
+    def forward(self, x, mask, memory=None, memory_mask=None):
+        x = self.norms[0](x + self.drop(self.self_attn(x, x, x, mask)))
+        if self.cross_attn is not None:
+            x = self.norms[1](x + self.drop(self.cross_attn(x, memory, memory, memory_mask)))
+        return self.norms[-1](x + self.drop(self.ff(x)))
+
+
+class NaiveTransformer(WithOurEmbeddings):
+    "The whole model the naive way, with our embeddings and tied output layer; logits for every position."
+
+    def __init__(self, cfg: TransformerConfig):
+        super().__init__(cfg)
+        self.encoder = nn.ModuleList(NaiveLayer(cfg, cross=False) for _ in range(cfg.n_encoder_layers))
+        self.decoder = nn.ModuleList(NaiveLayer(cfg, cross=True) for _ in range(cfg.n_decoder_layers))
+
+    def loss(self, batch, smoothing):
+        pad, T = self.cfg.pad_id, batch.tgt_in.size(1)
+        src_mask = (batch.src != pad)[:, None, None, :]
+        tgt_mask = (batch.tgt_in != pad)[:, None, None, :] & torch.ones(T, T, dtype=torch.bool).tril()
+        x = self.src_pos(self.src_embed(batch.src))
+        for layer in self.encoder:
+            x = layer(x, src_mask)
+        y = self.tgt_pos(self.tgt_embed(batch.tgt_in))
+        for layer in self.decoder:
+            y = layer(y, tgt_mask, x, src_mask)
+        logits = self.generator(y)
+        return F.cross_entropy(logits.flatten(0, 1).float(), batch.tgt_out.flatten(), ignore_index=pad,
+                               label_smoothing=smoothing, reduction="sum")
+
+
+class Ours(nn.Module):
+    "Our model with its own training loss (logits only at real target positions)."
+
+    def __init__(self, cfg: TransformerConfig, compile: bool = False):
+        super().__init__()
+        self.model = Transformer(cfg)
+        self.step_loss = torch.compile(batch_loss, dynamic=True) if compile else batch_loss
+
+    def loss(self, batch, smoothing):
+        return self.step_loss(self.model, batch, smoothing)[0]
+
+# --- measuring -----------------------------------------------------------------------------------------------------
+
+
+def train_step(impl, optimizer, batch, bf16: bool) -> None:
+    "One full step: forward, label-smoothed loss normalised by target tokens, backward, Adam."
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        loss = impl.loss(batch, 0.1)
+    (loss / batch.n_tgt_tokens).backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+
+
+def measure(cfg: TransformerConfig, batches, bf16: bool, compile: bool, warmup: int = 2) -> dict:
+    "Tokens/s of each implementation on the same batches, steps interleaved."
+    impls = {"ours": lambda: Ours(cfg), "nn.Transformer": lambda: TorchTransformer(cfg),
+             "naive": lambda: NaiveTransformer(cfg)}
+    if compile:
+        impls["ours (torch.compile)"] = lambda: Ours(cfg, compile=True)
+    built = {}
+    for name, make in impls.items():
+        torch.manual_seed(0)
+        impl = make().train()
+        built[name] = (impl, make_optimizer(impl, cfg.d_model, 4000)[0])
+    for batch in batches[:warmup]:
+        for impl, opt in built.values():
+            train_step(impl, opt, batch, bf16)
+    seconds = dict.fromkeys(built, 0.0)
+    for batch in batches[warmup:]:
+        for name, (impl, opt) in built.items():
+            sync("cpu")
+            start = time.perf_counter()
+            train_step(impl, opt, batch, bf16)
+            seconds[name] += time.perf_counter() - start
+    tokens = sum(b.n_tgt_tokens for b in batches[warmup:])
+    return {name: tokens / s for name, s in seconds.items()}
+
+
+def step_flops(cfg: TransformerConfig, batch) -> int:
+    "Floating-point operations of one training step of our model (forward and backward), counted by PyTorch."
+    model = Transformer(cfg)
+    with FlopCounterMode(display=False) as counter:
+        batch_loss(model, batch, 0.1)[0].backward()
+    return counter.get_total_flops()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--presets", nargs="+", default=["small"])
+    parser.add_argument("--dtypes", nargs="+", default=["float32", "bf16"], choices=["float32", "bf16"])
+    parser.add_argument("--steps", type=int, default=6, help="timed float32 steps per implementation (after 2 warm-up)")
+    parser.add_argument("--bf16-steps", type=int, default=2, help="timed bf16 steps (after 1 warm-up; slow on CPUs "
+                        "without bf16 instructions)")
+    parser.add_argument("--max-tokens", type=int, default=2048)
+    parser.add_argument("--compile", action="store_true", help="also time our model under torch.compile")
+    args = parser.parse_args()
+
+    tokenizer, train, _ = multi30k_ids()
+    V = tokenizer.get_vocab_size()
+    rows, ratios = [], {}
+    peak = {"float32": matmul_peak_gflops(torch.float32), "bf16": matmul_peak_gflops(torch.bfloat16)}
+    for preset in args.presets:
+        cfg = TransformerConfig.preset(preset, src_vocab_size=V, tgt_vocab_size=V)
+        for dtype in args.dtypes:
+            steps, warmup = (args.steps, 2) if dtype == "float32" else (args.bf16_steps, 1)
+            batches = bucketed_batches(train, cfg, args.max_tokens, steps + warmup)
+            tok_s = measure(cfg, batches, dtype == "bf16", args.compile, warmup)
+            flops_per_token = step_flops(cfg, batches[-1]) / batches[-1].n_tgt_tokens
+            for name, value in tok_s.items():
+                rows.append({"preset": preset, "dtype": dtype, "implementation": name, "target_tokens_per_s": round(value),
+                             "fraction_of_matmul_peak": round(value * flops_per_token / 1e9 / peak[dtype], 3)})
+            best_ours = max(v for k, v in tok_s.items() if k.startswith("ours"))
+            ratios[f"train_{preset}_{dtype}_vs_nn_transformer"] = round(best_ours / tok_s["nn.Transformer"], 2)
+            ratios[f"train_{preset}_{dtype}_vs_naive"] = round(best_ours / tok_s["naive"], 2)
+            print(f"{preset} {dtype}: " + ", ".join(f"{k} {v:,.0f} tok/s" for k, v in tok_s.items()), flush=True)
+    print(f"\n{'preset':8}{'dtype':9}{'implementation':24}{'target tok/s':>14}{'of peak':>9}")
+    for r in rows:
+        print(f"{r['preset']:8}{r['dtype']:9}{r['implementation']:24}{r['target_tokens_per_s']:>14,}"
+              f"{r['fraction_of_matmul_peak']:>9.1%}")
+    print("\nratios:", ratios)
+    path = write_result("train_throughput", {"max_tokens": args.max_tokens, "matmul_peak_gflops": peak,
+                                             "rows": rows, "ratios": ratios})
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
