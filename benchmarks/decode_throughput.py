@@ -74,7 +74,7 @@ def main() -> None:
         for name, beams in (("HF Marian, beam 4", 4), ("HF Marian, greedy", 1)):
             runs[name] = lambda b, beams=beams: hf.generate(
                 input_ids=b, attention_mask=(b != cfg.pad_id).long(), num_beams=beams, do_sample=False,
-                max_new_tokens=L, min_new_tokens=L, length_penalty=0.6, early_stopping=False)
+                max_new_tokens=L, min_new_tokens=L, early_stopping=False)
     seconds = dict.fromkeys(runs, 0.0)
     check = runs["ours, greedy"](batches[0])
     assert all(len(y) == L - 1 for y in check), "outputs must run to the length limit"

@@ -3,6 +3,8 @@ implementation, with the same dimensions, embeddings, output layer and token-buc
 
 Throughput is target tokens per second of a full training step (forward, loss, backward, Adam step). Steps of the
 three implementations are interleaved, batch by batch, so that drifts of the machine's speed hit all of them alike.
+The fraction of peak relates the step's FLOPs (counted by PyTorch) to the best matrix-multiplication rate measured
+in the same run, in float32 or bfloat16, whichever this machine runs faster.
 
     python benchmarks/train_throughput.py                       # small preset, float32 and bf16 autocast
     python benchmarks/train_throughput.py --presets small base --steps 8
@@ -192,9 +194,11 @@ def main() -> None:
             batches = bucketed_batches(train, cfg, args.max_tokens, steps + warmup)
             tok_s = measure(cfg, batches, dtype == "bf16", args.compile, warmup)
             flops_per_token = step_flops(cfg, batches[-1]) / batches[-1].n_tgt_tokens
+            machine_peak = max(peak.values())  # the best matmul rate of this machine, in whichever dtype
             for name, value in tok_s.items():
                 rows.append({"preset": preset, "dtype": dtype, "implementation": name, "target_tokens_per_s": round(value),
-                             "fraction_of_matmul_peak": round(value * flops_per_token / 1e9 / peak[dtype], 3)})
+                             "flops_per_target_token": round(flops_per_token),
+                             "fraction_of_matmul_peak": round(value * flops_per_token / 1e9 / machine_peak, 3)})
             best_ours = max(v for k, v in tok_s.items() if k.startswith("ours"))
             ratios[f"train_{preset}_{dtype}_vs_nn_transformer"] = round(best_ours / tok_s["nn.Transformer"], 2)
             ratios[f"train_{preset}_{dtype}_vs_naive"] = round(best_ours / tok_s["naive"], 2)

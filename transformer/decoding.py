@@ -124,7 +124,7 @@ def beam_search(model: Transformer, src: Tensor, beam_size: int = 4, alpha: floa
         scores, keep = top.masked_fill(token == cfg.eos_id, float("-inf")).topk(K, dim=-1)  # (n, K)
         rows = (torch.arange(n, device=src.device)[:, None] * K + beam.gather(1, keep)).view(-1)
         tokens = torch.cat([tokens[rows], token.gather(1, keep).view(-1, 1)], dim=1)
-        cache.select(rows)
+        cache.select(rows, cross=False)  # rows move within their sentence, whose memory is the same for every beam
         best_done = torch.tensor([max((h.score for h in finished[b]), default=float("-inf")) for b in alive.tolist()],
                                  device=src.device)
         bound = scores.amax(-1) / length_penalty(limit.float(), alpha)  # best any live hypothesis could reach

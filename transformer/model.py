@@ -160,12 +160,13 @@ class KVCache:
         keys = self.layers[0]["self"].get("k") if self.layers else None
         return 0 if keys is None else keys.size(2)
 
-    def select(self, index: Tensor) -> None:
-        "Keep the batch rows `index` (in that order) of every cached tensor."
+    def select(self, index: Tensor, cross: bool = True) -> None:
+        "Keep the batch rows `index` (in that order) of every cached tensor; `cross=False` leaves the memory's alone."
         for layer in self.layers:
-            for attn in layer.values():
-                for name, t in attn.items():
-                    attn[name] = t.index_select(0, index)
+            for kind, attn in layer.items():
+                if cross or kind == "self":
+                    for name, t in attn.items():
+                        attn[name] = t.index_select(0, index)
 
 # %% ../nbs/03_model.ipynb #1be8dd34
 class Transformer(nn.Module):
@@ -208,9 +209,10 @@ class Transformer(nn.Module):
         start = 0 if cache is None else len(cache)
         if tgt_mask is None and cache is None:
             tgt_mask = padding_mask(tgt, self.cfg.pad_id) & subsequent_mask(tgt.size(1), tgt.device)
-        elif tgt_mask is None:  # new tokens see every cached position and the new ones up to themselves
+        elif tgt_mask is None and tgt.size(1) > 1:  # new tokens see the cached positions and new ones up to themselves
             T = tgt.size(1)
             tgt_mask = torch.ones(T, start + T, dtype=torch.bool, device=tgt.device).tril(start)[None, None]
+        # (one new token may attend to every cached position: no mask, which lets attention take its fastest kernel)
         return self.decoder(self.tgt_pos(self.tgt_embed(tgt), start), memory, src_mask, tgt_mask, cache)
 
     def forward(self, src: Tensor, tgt: Tensor) -> Tensor:
