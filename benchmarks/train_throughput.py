@@ -186,7 +186,9 @@ def main() -> None:
     tokenizer, train, _ = multi30k_ids()
     V = tokenizer.get_vocab_size()
     rows, ratios = [], {}
-    peak = {"float32": matmul_peak_gflops(torch.float32), "bf16": matmul_peak_gflops(torch.bfloat16)}
+    peak = {"float32": matmul_peak_gflops(torch.float32)}
+    if "bf16" in args.dtypes:  # small n: without bf16 instructions a 2048² product takes about a minute
+        peak["bf16"] = matmul_peak_gflops(torch.bfloat16, n=512, repeats=2)
     for preset in args.presets:
         cfg = TransformerConfig.preset(preset, src_vocab_size=V, tgt_vocab_size=V)
         for dtype in args.dtypes:
