@@ -389,7 +389,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         COMMANDS[args.command](args)
     except (ValueError, OSError, CheckpointError, DataError) as e:  # DataError, CheckpointError: ValueErrors
-        print(f"transformer {args.command}: error: {e}", file=sys.stderr)
+        print(f"transformer {args.command}: error: {' '.join(str(e).split())}", file=sys.stderr)  # one line
         return 2
     except KeyboardInterrupt:
         print(f"transformer {args.command}: interrupted", file=sys.stderr)

@@ -36,6 +36,7 @@ def curves_chart(metrics: pd.DataFrame) -> alt.HConcatChart:
 
 def attention_grid(attention: dict, kind: str) -> alt.FacetChart:
     "Heat maps of every layer (rows) and head (columns) of one kind: 'encoder', 'decoder' or 'cross'."
+    alt.data_transformers.disable_max_rows()  # long sentences have more cells than Altair's default limit of 5,000
     suffix = {"encoder": "self_attn", "decoder": "self_attn", "cross": "cross_attn"}[kind]
     stack = "encoder" if kind == "encoder" else "decoder"
     queries = attention["source_tokens"] if kind == "encoder" else attention["target_tokens"]
