@@ -24,7 +24,7 @@ def our_model(cfg: TransformerConfig) -> Transformer:
     torch.manual_seed(0)
     model = Transformer(cfg).eval()
     eos = torch.tensor([cfg.eos_id])
-    model.generator.register_forward_hook(lambda module, inputs, logits: logits.index_fill(-1, eos, -1e9))
+    model.generator.register_forward_hook(lambda module, inputs, logits: logits.index_fill_(-1, eos, -1e9))  # in place: no copy of the logits
     return model
 
 

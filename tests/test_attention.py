@@ -123,6 +123,29 @@ def test_mha_record_keeps_attention_weights(mha):
     assert (mha.weights.masked_select(~mask.expand_as(mha.weights)) == 0).all()
 
 
+@pytest.mark.parametrize("record", [False, True], ids=["fast", "explicit"])
+def test_mha_rows_sharing_a_memory_row_equal_repeated_memory(mha, record):
+    """G query rows per memory row (beam search's layout) give what the memory repeated G times gives."""
+    G, T = 2, 3
+    x, memory, mask = torch.randn(B * G, T, D_MODEL), torch.randn(B, 7, D_MODEL), key_padding(7)
+    mha.record = record
+    shared = mha(x, memory, mask=mask)
+    shared_weights = mha.weights
+    repeated = mha(x, memory.repeat_interleave(G, 0), mask=mask.repeat_interleave(G, 0))
+    assert shared.shape == x.shape
+    assert_close(shared, repeated, **TOL)
+    if record:
+        assert shared_weights.shape == (B * G, N_HEADS, T, 7)
+        assert_close(shared_weights, mha.weights, **TOL)
+    mha.record = False
+
+
+def test_mha_rejects_query_rows_that_do_not_divide_among_memory_rows(mha):
+    """5 query rows cannot share 3 memory rows: a ValueError says so."""
+    with pytest.raises(ValueError, match="cannot share"):
+        mha(torch.randn(5, 2, D_MODEL), torch.randn(3, 7, D_MODEL))
+
+
 def test_mha_cross_attention_matches_separate_projections(mha):
     """Cross-attention uses rows 0:d of in_proj for queries and d:2d, 2d:3d for keys and values."""
     d = D_MODEL

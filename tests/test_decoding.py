@@ -125,7 +125,7 @@ def test_cached_logits_equal_uncached_at_every_step(which, seed, request):
 
 @torch.no_grad()
 def test_cache_select_follows_reordered_rows(pre_ln_model):
-    """After cache.select(rows) (rows reordered and repeated, as beam search does), decoding continues those rows."""
+    """After cache.select (rows reordered and repeated, as beam search does), decoding continues those rows."""
     model = pre_ln_model
     src = padded_tokens([6, 3, 5], 6, seed=30)
     prefix = padded_tokens([8, 8, 8], 8, seed=31, first=BOS)
@@ -134,7 +134,7 @@ def test_cache_select_follows_reordered_rows(pre_ln_model):
     cache = KVCache(model.cfg.n_decoder_layers)
     model.decode(prefix[:, :4], memory, src_mask, cache=cache)
     rows = torch.tensor([2, 0, 2])
-    cache.select(rows)
+    cache.select(rows, memory_index=rows)
     cached = model.decode(prefix[rows, 4:], memory[rows], src_mask[rows], cache=cache)
     full = model.decode(prefix[rows], memory[rows], src_mask[rows])
     assert_close(cached, full[:, 4:], **TOL)

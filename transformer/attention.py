@@ -4,7 +4,7 @@
 
 # %% auto #0
 __all__ = ['check_dropout', 'check_mask', 'explicit_attention', 'padding_mask', 'subsequent_mask', 'fast_attention',
-           'MultiHeadAttention']
+           'extend_cache', 'MultiHeadAttention']
 
 # %% ../nbs/01_attention.ipynb #21560f2c
 import math
@@ -60,10 +60,30 @@ def subsequent_mask(size: int, device: torch.device | str | None = None) -> Tens
 def fast_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,
                    dropout_p: float = 0.0) -> Tensor:
     "The same function as `explicit_attention` through PyTorch's fused kernel (no weights returned)."
+    if q.size(-2) == 1 and q.device.type == "cpu" and dropout_p == 0.0:  # one query per row: matmuls are faster
+        return explicit_attention(q, k, v, mask)[0]
     check_mask(mask, (*q.shape[:-1], k.size(-2)))
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
 
 # %% ../nbs/01_attention.ipynb #9b5ed8b7
+def extend_cache(cache: dict[str, Tensor], k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+    "Append new keys and values (B, h, T, d_k) to those in `cache`, first taking its pending row order `rows`."
+    rows = cache.pop("rows", None)  # set by beam search's reordering; applied here, in the same copy as the append
+    for name, new in (("k", k), ("v", v)):
+        old = cache.get(name)
+        if old is not None:
+            T0 = old.size(2)
+            full = new.new_empty(new.size(0), new.size(1), T0 + new.size(2), new.size(3))
+            if rows is None:
+                full[:, :, :T0] = old
+            else:
+                torch.index_select(old, 0, rows, out=full[:, :, :T0])
+            full[:, :, T0:] = new
+            new = full
+        cache[name] = new
+    return cache["k"], cache["v"]
+
+# %% ../nbs/01_attention.ipynb #97c085dd
 class MultiHeadAttention(nn.Module):
     "h heads of scaled dot-product attention over learned projections, concatenated and projected (§3.2.2)."
 
@@ -97,9 +117,7 @@ class MultiHeadAttention(nn.Module):
         if memory is None:
             q, k, v = map(self.split_heads, self.in_proj(x).chunk(3, dim=-1))  # one matmul for all three
             if cache is not None:  # incremental decoding: earlier positions' keys/values come from the cache
-                if "k" in cache:
-                    k, v = torch.cat([cache["k"], k], dim=2), torch.cat([cache["v"], v], dim=2)
-                cache["k"], cache["v"] = k, v
+                k, v = extend_cache(cache, k, v)
         else:
             d = self.d_model
             q = self.split_heads(F.linear(x, self.in_proj.weight[:d], self.in_proj.bias[:d]))
@@ -112,12 +130,19 @@ class MultiHeadAttention(nn.Module):
         return self.out_proj(self.attend(q, k, v, mask))
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
-        "Attention over split heads, merged back to (B, T, d_model)."
+        "Attention over split heads, merged back to (B, T, d_model); G consecutive query rows may share one key row."
         p = self.dropout if self.training else 0.0
+        B, _, T, _ = q.shape
+        G = B // k.size(0)  # query rows per key row: 1, or the k beams of one sentence sharing its memory
+        if G * k.size(0) != B:
+            raise ValueError(f"{B} query rows cannot share {k.size(0)} rows of keys: not a multiple")
+        if G > 1:  # the group's queries become extra queries of its one key row: keys and values are read once
+            q = q.unflatten(0, (-1, G)).transpose(1, 2).flatten(2, 3)  # (B/G, h, G·T, d_k)
         if self.record:
             out, weights = explicit_attention(q, k, v, mask, p)
-            self.weights = weights.detach()
+            self.weights = (weights.unflatten(2, (G, T)).transpose(1, 2).flatten(0, 1) if G > 1 else weights).detach()
         else:
-            out = fast_attention(q, k, v, mask, p)  # (B, h, T, d_k)
-        B, _, T, _ = out.shape
+            out = fast_attention(q, k, v, mask, p)  # (B/G, h, G·T, d_k)
+        if G > 1:
+            out = out.unflatten(2, (G, T)).transpose(1, 2).flatten(0, 1)  # (B, h, T, d_k)
         return out.transpose(1, 2).reshape(B, T, self.d_model)

@@ -160,13 +160,13 @@ class KVCache:
         keys = self.layers[0]["self"].get("k") if self.layers else None
         return 0 if keys is None else keys.size(2)
 
-    def select(self, index: Tensor, cross: bool = True) -> None:
-        "Keep the batch rows `index` (in that order) of every cached tensor; `cross=False` leaves the memory's alone."
+    def select(self, index: Tensor, memory_index: Tensor | None = None) -> None:
+        "Keep rows `index` (in that order) of the decoded positions' keys/values, and rows `memory_index` of the memory's."
         for layer in self.layers:
-            for kind, attn in layer.items():
-                if cross or kind == "self":
-                    for name, t in attn.items():
-                        attn[name] = t.index_select(0, index)
+            own = layer["self"]  # reordered lazily, at the next step's append (`extend_cache`)
+            own["rows"] = index if "rows" not in own else own["rows"][index]
+            if memory_index is not None:
+                layer["cross"] = {name: t.index_select(0, memory_index) for name, t in layer["cross"].items()}
 
 # %% ../nbs/03_model.ipynb #1be8dd34
 class Transformer(nn.Module):
