@@ -51,10 +51,10 @@ def bucketed_batches(pairs, cfg, max_tokens: int, n: int, seed: int = 0):
     return [make_batch([pairs[i] for i in idx], cfg) for idx in sampler.batches(0)[:n]]
 
 
-def write_result(name: str, result: dict) -> Path:
-    "Write `result` with provenance to benchmarks/results/NAME-DEVICE.json and return the path."
+def write_result(name: str, result: dict, tag: str = "") -> Path:
+    "Write `result` with provenance to benchmarks/results/NAME[-TAG]-DEVICE.json and return the path."
     RESULTS.mkdir(exist_ok=True)
-    path = RESULTS / f"{name}-{device_tag()}.json"
+    path = RESULTS / f"{name}{'-' + tag if tag else ''}-{device_tag()}.json"
     result = {"benchmark": name, "commit": git_commit(), "machine": machine_description(),
               "torch": torch.__version__, "threads": torch.get_num_threads(),
               "command": " ".join(["python", *sys.argv]), **result}

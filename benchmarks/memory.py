@@ -1,7 +1,7 @@
 """Peak memory (resident set size) of one training step for each preset, each in a fresh process so that the
 peaks do not mix: model, gradients, Adam's moments and activations for a batch of `--max-tokens` tokens per side.
 
-    python benchmarks/memory.py --presets tiny small base
+    python benchmarks/memory.py --presets tiny small base big
 """
 
 import argparse
@@ -38,7 +38,7 @@ def child(preset: str, max_tokens: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--presets", nargs="+", default=["tiny", "small", "base"])
+    parser.add_argument("--presets", nargs="+", default=["tiny", "small", "base", "big"])
     parser.add_argument("--max-tokens", type=int, default=2048)
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()

@@ -3,11 +3,13 @@ implementation, with the same dimensions, embeddings, output layer and token-buc
 
 Throughput is target tokens per second of a full training step (forward, loss, backward, Adam step). Steps of the
 three implementations are interleaved, batch by batch, so that drifts of the machine's speed hit all of them alike.
-The fraction of peak relates the step's FLOPs (counted by PyTorch) to the best matrix-multiplication rate measured
-in the same run, in float32 or bfloat16, whichever this machine runs faster.
+The fraction of peak relates each implementation's own matrix-multiplication FLOPs per step (counted by PyTorch) to
+the best matrix-multiplication rate measured in the same run, in float32 or bfloat16, whichever this machine runs
+faster. `ceilings` bound what any optimisation of ours could reach: our FLOPs at 100% of that peak, over the other
+implementation's measured speed.
 
     python benchmarks/train_throughput.py                       # small preset, float32 and bf16 autocast
-    python benchmarks/train_throughput.py --presets small base --steps 8
+    python benchmarks/train_throughput.py --presets base --steps 4 --bf16-steps 1   # writes ...-base-cpu.json
 """
 
 import argparse
@@ -139,17 +141,30 @@ def train_step(impl, optimizer, batch, bf16: bool) -> None:
     optimizer.zero_grad(set_to_none=True)
 
 
-def measure(cfg: TransformerConfig, batches, bf16: bool, compile: bool, warmup: int = 2) -> dict:
-    "Tokens/s of each implementation on the same batches, steps interleaved."
+def step_flops(impl: nn.Module, batch) -> int:
+    "Matrix-multiplication FLOPs of one forward and backward pass of `impl` on `batch`, counted by PyTorch."
+    with FlopCounterMode(display=False) as counter:
+        impl.loss(batch, 0.1).backward()
+    impl.zero_grad(set_to_none=True)
+    return counter.get_total_flops()
+
+
+def measure(cfg: TransformerConfig, batches, bf16: bool, compile: bool, warmup: int = 2) -> tuple[dict, dict]:
+    "Tokens/s of each implementation on the same batches, steps interleaved; and each one's FLOPs per token."
     impls = {"ours": lambda: Ours(cfg), "nn.Transformer": lambda: TorchTransformer(cfg),
              "naive": lambda: NaiveTransformer(cfg)}
     if compile:
         impls["ours (torch.compile)"] = lambda: Ours(cfg, compile=True)
-    built = {}
+    built, flops = {}, {}
+    tokens = sum(b.n_tgt_tokens for b in batches[warmup:])
     for name, make in impls.items():
         torch.manual_seed(0)
         impl = make().train()
         built[name] = (impl, make_optimizer(impl, cfg.d_model, 4000)[0])
+        if name.startswith("ours ("):  # a compiled variant does the work of "ours"
+            flops[name] = flops["ours"]
+        else:
+            flops[name] = sum(step_flops(impl, b) for b in batches[warmup:]) / tokens
     for batch in batches[:warmup]:
         for impl, opt in built.values():
             train_step(impl, opt, batch, bf16)
@@ -160,16 +175,7 @@ def measure(cfg: TransformerConfig, batches, bf16: bool, compile: bool, warmup: 
             start = time.perf_counter()
             train_step(impl, opt, batch, bf16)
             seconds[name] += time.perf_counter() - start
-    tokens = sum(b.n_tgt_tokens for b in batches[warmup:])
-    return {name: tokens / s for name, s in seconds.items()}
-
-
-def step_flops(cfg: TransformerConfig, batch) -> int:
-    "Floating-point operations of one training step of our model (forward and backward), counted by PyTorch."
-    model = Transformer(cfg)
-    with FlopCounterMode(display=False) as counter:
-        batch_loss(model, batch, 0.1)[0].backward()
-    return counter.get_total_flops()
+    return {name: tokens / s for name, s in seconds.items()}, flops
 
 
 def main() -> None:
@@ -185,7 +191,7 @@ def main() -> None:
 
     tokenizer, train, _ = multi30k_ids()
     V = tokenizer.get_vocab_size()
-    rows, ratios = [], {}
+    rows, ratios, ceilings = [], {}, {}
     peak = {"float32": matmul_peak_gflops(torch.float32)}
     if "bf16" in args.dtypes:  # small n: without bf16 instructions a 2048² product takes about a minute
         peak["bf16"] = matmul_peak_gflops(torch.bfloat16, n=512, repeats=2)
@@ -194,24 +200,27 @@ def main() -> None:
         for dtype in args.dtypes:
             steps, warmup = (args.steps, 2) if dtype == "float32" else (args.bf16_steps, 1)
             batches = bucketed_batches(train, cfg, args.max_tokens, steps + warmup)
-            tok_s = measure(cfg, batches, dtype == "bf16", args.compile, warmup)
-            flops_per_token = step_flops(cfg, batches[-1]) / batches[-1].n_tgt_tokens
+            tok_s, flops = measure(cfg, batches, dtype == "bf16", args.compile, warmup)
             machine_peak = max(peak.values())  # the best matmul rate of this machine, in whichever dtype
             for name, value in tok_s.items():
                 rows.append({"preset": preset, "dtype": dtype, "implementation": name, "target_tokens_per_s": round(value),
-                             "flops_per_target_token": round(flops_per_token),
-                             "fraction_of_matmul_peak": round(value * flops_per_token / 1e9 / machine_peak, 3)})
+                             "flops_per_target_token": round(flops[name]),
+                             "fraction_of_matmul_peak": round(value * flops[name] / 1e9 / machine_peak, 3)})
             best_ours = max(v for k, v in tok_s.items() if k.startswith("ours"))
-            ratios[f"train_{preset}_{dtype}_vs_nn_transformer"] = round(best_ours / tok_s["nn.Transformer"], 2)
-            ratios[f"train_{preset}_{dtype}_vs_naive"] = round(best_ours / tok_s["naive"], 2)
+            at_peak = machine_peak * 1e9 / flops["ours"]  # our tokens/s if every FLOP ran at the measured peak
+            for other, key in (("nn.Transformer", "nn_transformer"), ("naive", "naive")):
+                ratios[f"train_{preset}_{dtype}_vs_{key}"] = round(best_ours / tok_s[other], 2)
+                ceilings[f"train_{preset}_{dtype}_vs_{key}"] = round(at_peak / tok_s[other], 2)
             print(f"{preset} {dtype}: " + ", ".join(f"{k} {v:,.0f} tok/s" for k, v in tok_s.items()), flush=True)
     print(f"\n{'preset':8}{'dtype':9}{'implementation':24}{'target tok/s':>14}{'of peak':>9}")
     for r in rows:
         print(f"{r['preset']:8}{r['dtype']:9}{r['implementation']:24}{r['target_tokens_per_s']:>14,}"
               f"{r['fraction_of_matmul_peak']:>9.1%}")
     print("\nratios:", ratios)
+    print("ceilings (our step at 100% of the measured matmul peak):", ceilings)
     path = write_result("train_throughput", {"max_tokens": args.max_tokens, "matmul_peak_gflops": peak,
-                                             "rows": rows, "ratios": ratios})
+                                             "rows": rows, "ratios": ratios, "ceilings": ceilings},
+                        tag="-".join(args.presets))
     print(f"wrote {path}")
 
 

@@ -191,6 +191,26 @@ def test_label_smoothed_loss_matches_cross_entropy(seed, smoothing):
                                                                    reduction="sum"), rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("smoothing", [0.0, 0.1, 0.5])
+def test_label_smoothed_loss_gradient_matches_autograd_of_cross_entropy(smoothing, dtype):
+    """The hand-written gradient p - q equals autograd's through F.cross_entropy, for loss and NLL weighted apart."""
+    g = torch.Generator().manual_seed(3)
+    base = 3 * torch.randn(30, 13, generator=g, dtype=torch.float64)
+    target = torch.randint(0, 13, (30,), generator=g)
+    target[::4] = 0  # padding
+    ours_in = base.to(dtype).clone().requires_grad_()
+    ref_in = ours_in.detach().double().clone().requires_grad_()
+    loss, nll = label_smoothed_loss(ours_in, target, smoothing, ignore_index=0)
+    (0.7 * loss + 1.9 * nll).backward()
+    ref = (0.7 * F.cross_entropy(ref_in, target, label_smoothing=smoothing, ignore_index=0, reduction="sum")
+           + 1.9 * F.cross_entropy(ref_in, target, ignore_index=0, reduction="sum"))
+    ref.backward()
+    assert ours_in.grad.dtype == dtype
+    tol = dict(rtol=1e-6, atol=1e-6) if dtype == torch.float64 else dict(rtol=2e-2, atol=1e-2)
+    torch.testing.assert_close(ours_in.grad.double(), ref_in.grad, **tol)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_label_smoothed_loss_is_finite_for_extreme_logits(dtype):
     """Logits of ±1e4 in float32 or bfloat16 give finite sums equal to a float64 reference."""
