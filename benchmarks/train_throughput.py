@@ -5,8 +5,8 @@ Throughput is target tokens per second of a full training step (forward, loss, b
 three implementations are interleaved, batch by batch, so that drifts of the machine's speed hit all of them alike.
 The fraction of peak relates each implementation's own matrix-multiplication FLOPs per step (counted by PyTorch) to
 the best matrix-multiplication rate measured in the same run, in float32 or bfloat16, whichever this machine runs
-faster. `ceilings` bound what any optimisation of ours could reach: our FLOPs at 100% of that peak, over the other
-implementation's measured speed.
+faster. `ceilings` bound what any optimisation of ours could reach: our FLOPs at 100% of the peak of the dtype the
+products run in, over the other implementation's measured speed.
 
     python benchmarks/train_throughput.py                       # small preset, float32 and bf16 autocast
     python benchmarks/train_throughput.py --presets base --steps 4 --bf16-steps 1   # writes ...-base-cpu.json
@@ -207,7 +207,7 @@ def main() -> None:
                              "flops_per_target_token": round(flops[name]),
                              "fraction_of_matmul_peak": round(value * flops[name] / 1e9 / machine_peak, 3)})
             best_ours = max(v for k, v in tok_s.items() if k.startswith("ours"))
-            at_peak = machine_peak * 1e9 / flops["ours"]  # our tokens/s if every FLOP ran at the measured peak
+            at_peak = peak[dtype] * 1e9 / flops["ours"]  # our tokens/s if every FLOP ran at this dtype's peak
             for other, key in (("nn.Transformer", "nn_transformer"), ("naive", "naive")):
                 ratios[f"train_{preset}_{dtype}_vs_{key}"] = round(best_ours / tok_s[other], 2)
                 ceilings[f"train_{preset}_{dtype}_vs_{key}"] = round(at_peak / tok_s[other], 2)
@@ -217,7 +217,7 @@ def main() -> None:
         print(f"{r['preset']:8}{r['dtype']:9}{r['implementation']:24}{r['target_tokens_per_s']:>14,}"
               f"{r['fraction_of_matmul_peak']:>9.1%}")
     print("\nratios:", ratios)
-    print("ceilings (our step at 100% of the measured matmul peak):", ceilings)
+    print("ceilings (our step at 100% of the dtype's measured matmul peak):", ceilings)
     path = write_result("train_throughput", {"max_tokens": args.max_tokens, "matmul_peak_gflops": peak,
                                              "rows": rows, "ratios": ratios, "ceilings": ceilings},
                         tag="-".join(args.presets))
