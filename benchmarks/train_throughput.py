@@ -193,8 +193,8 @@ def main() -> None:
     V = tokenizer.get_vocab_size()
     rows, ratios, ceilings = [], {}, {}
     peak = {"float32": matmul_peak_gflops(torch.float32)}
-    if "bf16" in args.dtypes:  # small n: without bf16 instructions a 2048² product takes about a minute
-        peak["bf16"] = matmul_peak_gflops(torch.bfloat16, n=512, repeats=2)
+    if "bf16" in args.dtypes:  # few repeats: without bf16 instructions a 2048² product takes over a second
+        peak["bf16"] = matmul_peak_gflops(torch.bfloat16, repeats=2)
     for preset in args.presets:
         cfg = TransformerConfig.preset(preset, src_vocab_size=V, tgt_vocab_size=V)
         for dtype in args.dtypes:
@@ -205,7 +205,8 @@ def main() -> None:
             for name, value in tok_s.items():
                 rows.append({"preset": preset, "dtype": dtype, "implementation": name, "target_tokens_per_s": round(value),
                              "flops_per_target_token": round(flops[name]),
-                             "fraction_of_matmul_peak": round(value * flops[name] / 1e9 / machine_peak, 3)})
+                             "fraction_of_matmul_peak": round(value * flops[name] / 1e9 / machine_peak, 3),
+                             "fraction_of_dtype_peak": round(value * flops[name] / 1e9 / peak[dtype], 3)})
             best_ours = max(v for k, v in tok_s.items() if k.startswith("ours"))
             at_peak = peak[dtype] * 1e9 / flops["ours"]  # our tokens/s if every FLOP ran at this dtype's peak
             for other, key in (("nn.Transformer", "nn_transformer"), ("naive", "naive")):

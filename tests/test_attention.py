@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch.autograd import gradcheck
 from torch.testing import assert_close
 
@@ -45,12 +46,14 @@ CASES = [(t_q, t_k, kind) for t_q, t_k in [(5, 5), (1, 6), (4, 7), (6, 3)] for k
 
 @pytest.mark.parametrize("t_q,t_k,kind", CASES, ids=[f"{q}x{k}-{m}" for q, k, m in CASES])
 def test_fast_attention_equals_explicit_attention(t_q, t_k, kind):
-    """fast_attention (SDPA) gives the same output as the written-out softmax(q kᵀ/√d_k) v."""
+    """fast_attention, and SDPA itself (which fast_attention skips for one query on CPU), give the written-out
+    softmax(q kᵀ/√d_k) v."""
     q, k, v = qkv(t_q, t_k)
     mask = masks(t_q, t_k)[kind]
     out, weights = explicit_attention(q, k, v, mask)
     assert out.shape == (B, H, t_q, D_K) and weights.shape == (B, H, t_q, t_k)
     assert_close(fast_attention(q, k, v, mask), out, **TOL)
+    assert_close(F.scaled_dot_product_attention(q, k, v, attn_mask=mask), out, **TOL)
 
 
 def test_explicit_attention_weights_are_a_distribution_over_allowed_keys():
