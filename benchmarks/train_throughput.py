@@ -8,8 +8,8 @@ the best matrix-multiplication rate measured in the same run, in float32 or bflo
 faster. `ceilings` bound what any optimisation of ours could reach: our FLOPs at 100% of the peak of the dtype the
 products run in, over the other implementation's measured speed.
 
-    python benchmarks/train_throughput.py                       # small preset, float32 and bf16 autocast
-    python benchmarks/train_throughput.py --presets base --steps 4 --bf16-steps 1   # writes ...-base-cpu.json
+    python benchmarks/train_throughput.py --steps 12            # small preset, float32 and bf16 autocast
+    python benchmarks/train_throughput.py --presets base --steps 6 --bf16-steps 1   # writes ...-base-cpu.json
 """
 
 import argparse

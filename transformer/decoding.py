@@ -7,7 +7,6 @@ __all__ = ['output_limits', 'restrict_logits_', 'strip_specials', 'greedy_decode
            'translate_ids', 'average_checkpoints', 'save_average']
 
 # %% ../nbs/05_decoding.ipynb #314c0981
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path

@@ -9,7 +9,7 @@ __all__ = ['PRESETS', 'TransformerConfig', 'EncoderLayer', 'DecoderLayer', 'Enco
 # %% ../nbs/03_model.ipynb #3029261f
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from typing import Literal
 
 import torch

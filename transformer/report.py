@@ -6,7 +6,6 @@
 __all__ = ['load_report', 'curves_chart', 'attention_grid']
 
 # %% ../nbs/09_multi30k.ipynb #d0dc973f
-import csv
 import json
 from pathlib import Path
 
