@@ -8,9 +8,9 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from transformer.cli import git_commit, machine_description
 from transformer.data import encode_pairs, load_split, train_bpe
-from transformer.training import TokenBatchSampler, make_batch
+from transformer.training import TokenBatchSampler, cpu_isa, machine_description, make_batch
+from transformer.translation import git_commit
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -58,6 +58,7 @@ def write_result(name: str, result: dict, tag: str = "") -> Path:
     RESULTS.mkdir(exist_ok=True)
     path = RESULTS / f"{name}{'-' + tag if tag else ''}-{device_tag()}.json"
     result = {"benchmark": name, "commit": git_commit(), "machine": machine_description(),
+              "isa": cpu_isa(), "kernels": torch.backends.cpu.get_cpu_capability(),
               "torch": torch.__version__, "threads": torch.get_num_threads(),
               "command": " ".join(["python", *sys.argv]), **result}
     path.write_text(json.dumps(result, indent=2) + "\n")

@@ -73,7 +73,10 @@ def test_train_writes_checkpoints_metrics_and_tokenizer(run):
         assert (run / "run" / "checkpoints" / "step-0000006" / name).is_file()
     metrics = (run / "run" / "metrics.csv").read_text().splitlines()
     assert metrics[0].startswith("step,") and "valid_bleu" in metrics[0] and len(metrics) == 1 + 3
-    assert json.loads((run / "run" / "run.json").read_text())["provenance"]["commit"]
+    record = json.loads((run / "run" / "run.json").read_text())
+    assert record["provenance"]["commit"] and record["train"]["bf16"] == "auto"
+    assert record["precision"]["setting"] == "auto" and isinstance(record["precision"]["bf16"], bool)
+    assert record["precision"]["reason"] and "torch kernels" in record["provenance"]["machine"]
 
 
 def test_evaluate_prints_score_and_signature_and_writes_report(run):
@@ -190,3 +193,10 @@ def test_too_long_sentence(run):
     """A sentence longer than the positional table is refused with its number and length."""
     long = " ".join(["Hund"] * 400)
     assert_user_error(cli("translate", "--model", str(run / "avg"), "Ein Hund.", long), "sentence 2", "at most 255")
+
+
+def test_bf16_setting_is_auto_on_or_off(tmp_path):
+    """--bf16 takes auto, on or off; anything else is refused by the argument parser before any work is done."""
+    refused = cli("train", "--preset", "tiny", "--out", str(tmp_path / "run"), "--bf16", "maybe")
+    assert refused.returncode == 2 and "invalid choice: 'maybe'" in refused.stderr
+    assert not (tmp_path / "run").exists()

@@ -134,17 +134,17 @@ def test_encode_pairs_adds_no_specials(tokenizer):
 @needs_data
 def test_vocabulary_is_built_on_training_sentences_only(monkeypatch, tmp_path):
     """The command line's training learns its BPE vocabulary from the training split, never val or test."""
-    from transformer import cli
+    from transformer import translation
     seen = []
 
     def spy(sentences, vocab_size):
         seen.extend(sentences)
         return train_bpe(sentences[:2000], vocab_size)
 
-    monkeypatch.setattr(cli, "train_bpe", spy)
-    monkeypatch.setattr(cli.Trainer, "fit", lambda self: [])
-    cli.train_run(cli.parse_run_config({"preset": "tiny", "data": {"vocab_size": 300}}), tmp_path / "run", DATA,
-                  progress=False)
+    monkeypatch.setattr(translation, "train_bpe", spy)
+    monkeypatch.setattr(translation.Trainer, "fit", lambda self: [])
+    run = translation.parse_run_config({"preset": "tiny", "data": {"vocab_size": 300}})
+    translation.train_run(run, tmp_path / "run", DATA, progress=False)
     train = {s for pair in load_split("train", DATA) for s in pair}
     held_out = {s for split in ("val", "test2016") for pair in load_split(split, DATA) for s in pair} - train
     assert set(seen) == train and not set(seen) & held_out

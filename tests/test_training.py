@@ -15,11 +15,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from safetensors import safe_open
 
-import transformer.training as training
+import transformer.trainer as trainer_module
+from transformer.checkpoint import CheckpointError, load_model_dir, read_config, save_model_files, write_atomically
 from transformer.model import Transformer, TransformerConfig
-from transformer.training import (CheckpointError, NonFiniteLossError, TokenBatchSampler, TrainConfig, Trainer,
-                                  batch_loss, evaluate, label_smoothed_loss, load_model_dir, make_batch, noam_rate,
-                                  read_config, save_model_files, write_atomically)
+from transformer.trainer import NonFiniteLossError, TrainConfig, Trainer
+from transformer.training import (TokenBatchSampler, batch_loss, evaluate, label_smoothed_loss, make_batch,
+                                  noam_rate)
 
 V = 20  # vocabulary: 0 = pad, 1 = <s>, 2 = </s>, 3..19 = words
 
@@ -580,7 +581,7 @@ def test_failed_checkpoint_keeps_latest(tmp_path, monkeypatch):
 
     t.model.train()
     t.train_step([next(t.micro_batches())[0]])
-    monkeypatch.setattr(training, "save_file", failing_save_file)
+    monkeypatch.setattr(trainer_module, "save_file", failing_save_file)
     with pytest.raises(OSError, match="No space left"):
         t.save_checkpoint()
     monkeypatch.undo()
@@ -597,16 +598,16 @@ def test_failed_checkpoint_keeps_latest(tmp_path, monkeypatch):
 # --- non-finite loss ---------------------------------------------------------------------------------------------
 
 def poison_batch_loss(monkeypatch, from_call: int) -> None:
-    "Make training.batch_loss return an infinite loss from its `from_call`-th call on."
+    "Make the trainer's batch_loss return an infinite loss from its `from_call`-th call on."
     calls = [0]
-    real = training.batch_loss
+    real = trainer_module.batch_loss
 
     def patched(*args, **kwargs):
         calls[0] += 1
         loss, nll = real(*args, **kwargs)
         return (loss * math.inf, nll) if calls[0] >= from_call else (loss, nll)
 
-    monkeypatch.setattr(training, "batch_loss", patched)
+    monkeypatch.setattr(trainer_module, "batch_loss", patched)
 
 
 def test_non_finite_loss_stops_training(tmp_path, monkeypatch):

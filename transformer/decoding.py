@@ -16,8 +16,8 @@ from torch import Tensor
 
 from .attention import padding_mask
 from .model import KVCache, Transformer
-from .training import (CheckpointError, load_model_dir, pad_sequences, read_config, save_model_files,
-                                  write_atomically)
+from .training import pad_sequences
+from .checkpoint import CheckpointError, load_model_dir, read_config, save_model_files, write_atomically
 
 # %% ../nbs/05_decoding.ipynb #a9d514b9
 def output_limits(src: Tensor, model: Transformer, max_extra: int) -> Tensor:
