@@ -61,20 +61,29 @@ def test_auto_without_native_bf16_stays_off_without_probing(monkeypatch):
     assert choose_bf16("auto", "cpu", step) == {"setting": "auto", "bf16": False, "reason": "no bf16 here"}
 
 
-@pytest.mark.parametrize("fp32_s, bf16_s, expected", [(0.03, 0.01, True), (0.01, 0.03, False)])
+@pytest.mark.parametrize("fp32_s, bf16_s, expected", [(2.0, 1.0, True), (1.1, 1.0, True), (1.09, 1.0, False),
+                                                     (1.0, 3.0, False)])
 def test_auto_with_native_bf16_follows_the_probe(monkeypatch, fp32_s, bf16_s, expected):
-    """With bf16 hardware, 'auto' turns bf16 on only when the timed bf16 step is at least 10% faster."""
+    """With bf16 hardware, 'auto' turns bf16 on only when the timed bf16 step is at least 1.1x as fast."""
     monkeypatch.setattr(training, "native_bf16", lambda device: (True, "the CPU has AVX512-BF16"))
-    calls = []
+    monkeypatch.setattr(training, "best_seconds", lambda fns: {"float32": fp32_s, "bf16": bf16_s})
+    decision = choose_bf16("auto", "cpu", lambda bf16: None)
+    assert decision["bf16"] is expected and decision["float32_step_s"] == fp32_s
+    assert decision["reason"].startswith("the CPU has AVX512-BF16; the probe ran a bf16 step")
+    assert decision["reason"].endswith(f"bf16 is {'on' if expected else 'off'}")
 
-    def step(bf16):
-        calls.append(bf16)
-        time.sleep(bf16_s if bf16 else fp32_s)
 
-    decision = choose_bf16("auto", "cpu", step)
-    assert decision["bf16"] is expected and calls.count(True) == calls.count(False) >= 2
-    assert decision["float32_step_s"] == pytest.approx(fp32_s, rel=0.5, abs=0.01)
-    assert f"bf16 is {'on' if expected else 'off'}" in decision["reason"]
+def test_best_seconds_times_each_function_after_a_warm_up():
+    """Each function runs once to warm up and then `repeats` times; the best time is at least the true one."""
+    calls = {"slow": 0, "fast": 0}
+
+    def run(name, seconds):
+        calls[name] += 1
+        time.sleep(seconds)
+
+    best = training.best_seconds({"slow": lambda: run("slow", 0.02), "fast": lambda: run("fast", 0)}, repeats=2)
+    assert calls == {"slow": 3, "fast": 3}
+    assert best["slow"] >= 0.02 and best["fast"] < best["slow"]
 
 
 def test_trainer_probe_leaves_weights_gradients_and_generators_untouched(monkeypatch):
@@ -99,3 +108,18 @@ def test_stop_when_ends_training_at_a_validation(tmp_path):
     assert t.step == 4 and [row["step"] for row in metrics] == [2, 4]
     assert (tmp_path / "checkpoints" / "latest").read_text() == "step-0000004"
     assert all(math.isfinite(row["train_loss"]) for row in metrics)
+
+
+def test_resume_keeps_the_precision_the_run_started_with(monkeypatch, tmp_path):
+    """A run whose probe chose bf16 resumes in bf16 even where a new probe would say otherwise, and vice versa."""
+    monkeypatch.setattr(training, "native_bf16", lambda device: (True, "pretend"))
+    monkeypatch.setattr(training, "best_seconds", lambda fns: {"float32": 2.0, "bf16": 1.0})
+    cfg = TrainConfig(max_tokens=64, max_steps=2, warmup=2, eval_every=2, bf16="auto")
+    first = tiny_trainer(cfg, out_dir=tmp_path)
+    first.fit()
+    assert first.bf16 is True
+    monkeypatch.setattr(training, "best_seconds", lambda fns: {"float32": 1.0, "bf16": 2.0})
+    resumed = tiny_trainer(cfg, out_dir=tmp_path)
+    assert resumed.bf16 is False  # what a new probe says ...
+    resumed.resume()
+    assert resumed.bf16 is True and resumed.precision == first.precision  # ... and what the run keeps

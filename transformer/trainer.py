@@ -229,7 +229,7 @@ class Trainer:
                      "train_seconds": self.train_seconds, "tokens_seen": self.tokens_seen, "since_eval": self._since_eval,
                      "optimizer_groups": groups,
                      "scheduler": self.scheduler.state_dict(), "metrics": self.metrics,
-                     "train_config": asdict(self.cfg)}
+                     "train_config": asdict(self.cfg), "precision": self.precision}
             (tmp / "trainer.json").write_text(json.dumps(state, indent=1))
 
         path = write_atomically(self.checkpoint_dir / f"step-{self.step:07d}", write)
@@ -262,4 +262,8 @@ class Trainer:
         load_optimizer(self.optimizer, optimizer_state, groups)
         self.scheduler.load_state_dict(scheduler)
         set_rng(rng)
+        if self.cfg.bf16 == "auto":  # keep the numerics the run started with, whatever a new probe would say
+            self.precision = state.get("precision") or {"setting": "auto", "reason": "resumed a run without a record",
+                                                        "bf16": state.get("train_config", {}).get("bf16") is True}
+            self.bf16 = self.precision["bf16"]
         return path

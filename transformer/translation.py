@@ -14,7 +14,7 @@ import shutil
 import subprocess
 import tomllib
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 import torch
@@ -147,9 +147,6 @@ def train_run(run: RunConfig, out: str | Path, data_dir: str | Path | None = Non
     valid_text = load_split("val", data_dir, run.src_lang, run.tgt_lang)
     if resume:
         tokenizer = Tokenizer.from_file(str(tokenizer_path))
-        started = json.loads((out / "run.json").read_text()) if (out / "run.json").is_file() else {}
-        if run.train.bf16 == "auto" and "precision" in started:  # keep the numerics the run started with
-            run = replace(run, train=replace(run.train, bf16=started["precision"]["bf16"]))
     else:  # the vocabulary is learned from the training split only
         tokenizer = train_bpe([s for pair in train_text for s in pair], run.vocab_size)
         out.mkdir(parents=True, exist_ok=True)
