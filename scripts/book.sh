@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Build the book: run every notebook once, saving its outputs, render them to _build/html with warnings as
-# errors, then strip the outputs again so that nbs/ stays as committed. Run after scripts/setup.sh.
+# errors, then put the notebooks back as they were (without outputs). Run after scripts/setup.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
-trap 'nbdev-clean' EXIT
+saved=$(mktemp -d)
+cp nbs/*.ipynb "$saved"/
+trap 'cp "$saved"/*.ipynb nbs/ && rm -rf "$saved"' EXIT
 python scripts/book_assets.py
 nbdev-test --save --timing
 jupyter-book build . --all -W --keep-going

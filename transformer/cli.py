@@ -89,7 +89,8 @@ def cmd_train(args: argparse.Namespace) -> None:
     metrics = train_run(run, args.out, args.data_dir, args.resume, progress=not args.quiet, device=args.device)
     last = metrics[-1]
     print(f"step {last['step']}: valid loss {last.get('valid_loss', float('nan')):.3f}, "
-          f"valid BLEU {last.get('valid_bleu', float('nan')):.1f} (greedy); checkpoints in {Path(args.out) / 'checkpoints'}")
+          f"valid BLEU {last.get('valid_bleu', float('nan')):.1f} (greedy); "
+          f"checkpoints in {Path(args.out) / 'checkpoints'}")
 
 
 def read_sentences(args: argparse.Namespace) -> list[str]:

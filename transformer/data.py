@@ -55,7 +55,8 @@ def check_file(path: Path) -> Path:
     "Raise a `DataError` unless `path` exists and has the expected digest."
     if not path.is_file():
         raise DataError(f"Multi30k file {path.name} not found in {path.parent}: download it from "
-                        f"{MULTI30K_URL}/{path.name}, or leave out --data-dir / {DATA_DIR_ENV} to download automatically")
+                        f"{MULTI30K_URL}/{path.name}, or leave out --data-dir / {DATA_DIR_ENV} "
+                        "to download automatically")
     if (digest := sha256(path)) != MULTI30K_SHA256[path.name]:
         raise DataError(f"{path} has SHA-256 {digest[:12]}…, expected {MULTI30K_SHA256[path.name][:12]}…: the file "
                         "is corrupt or not the Multi30k release; delete it and download it again")
@@ -80,7 +81,8 @@ def multi30k_file(name: str, data_dir: str | Path | None = None, url: str = MULT
             raise DataError(f"could not download {url}/{name} ({e}); download it by hand and pass --data-dir") from None
         if (digest := sha256(tmp)) != MULTI30K_SHA256[name]:  # checked before it takes the final name
             tmp.unlink()
-            raise DataError(f"the downloaded {name} has SHA-256 {digest[:12]}…, expected {MULTI30K_SHA256[name][:12]}…: "
+            raise DataError(f"the downloaded {name} has SHA-256 {digest[:12]}…, "
+                            f"expected {MULTI30K_SHA256[name][:12]}…: "
                             "the download is corrupt or the repository changed; try again, or pass --data-dir")
         os.replace(tmp, path)  # a failed or corrupt download never leaves a file under the final name
     return check_file(path)
@@ -92,7 +94,8 @@ def read_lines(path: Path) -> list[str]:
         return [line.rstrip("\n") for line in f]
 
 
-def load_split(split: str, data_dir: str | Path | None = None, src: str = "de", tgt: str = "en") -> list[tuple[str, str]]:
+def load_split(split: str, data_dir: str | Path | None = None, src: str = "de",
+               tgt: str = "en") -> list[tuple[str, str]]:
     "Sentence pairs of a Multi30k split ('train', 'val' or 'test2016'), German → English by default."
     if split not in MULTI30K_SPLITS:
         raise DataError(f"unknown split {split!r}; choose one of {', '.join(MULTI30K_SPLITS)}")

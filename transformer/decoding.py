@@ -133,7 +133,8 @@ def beam_search(model: Transformer, src: Tensor, beam_size: int = 4, alpha: floa
             left = (~done).nonzero().squeeze(1)
             k = scores.size(1)
             rows = (left[:, None] * k + torch.arange(k, device=src.device)).view(-1)
-            tokens, memory, src_mask, scores, alive = tokens[rows], memory[left], src_mask[left], scores[left], alive[left]
+            tokens = tokens[rows]
+            memory, src_mask, scores, alive = memory[left], src_mask[left], scores[left], alive[left]
             cache.select(rows, memory_index=left)
     return [sorted(f, key=lambda h: h.score, reverse=True)[:n_best] for f in finished]
 

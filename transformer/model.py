@@ -161,7 +161,7 @@ class KVCache:
         return 0 if keys is None else keys.size(2)
 
     def select(self, index: Tensor, memory_index: Tensor | None = None) -> None:
-        "Keep rows `index` (in that order) of the decoded positions' keys/values, and rows `memory_index` of the memory's."
+        "Keep rows `index` (in order) of the decoded positions' keys/values, and rows `memory_index` of the memory's."
         for layer in self.layers:
             own = layer["self"]  # reordered lazily, at the next step's append (`extend_cache`)
             own["rows"] = index if "rows" not in own else own["rows"][index]

@@ -27,7 +27,8 @@ def curves_chart(metrics: pd.DataFrame) -> alt.HConcatChart:
     "Training and validation loss, and validation BLEU, against training time."
     loss = metrics.melt("train_minutes", ["train_loss", "valid_loss"], var_name="series", value_name="loss per token")
     left = alt.Chart(loss, title="Loss (training: label-smoothed)").mark_line(point=True).encode(
-        x=alt.X("train_minutes:Q", title="training minutes"), y="loss per token:Q", color=alt.Color("series:N", title=None))
+        x=alt.X("train_minutes:Q", title="training minutes"), y="loss per token:Q",
+        color=alt.Color("series:N", title=None))
     right = alt.Chart(metrics, title="Validation BLEU (greedy)").mark_line(point=True, color="#54a24b").encode(
         x=alt.X("train_minutes:Q", title="training minutes"), y=alt.Y("valid_bleu:Q", title="BLEU"))
     return alt.hconcat(left.properties(width=300, height=220), right.properties(width=300, height=220))

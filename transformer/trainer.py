@@ -146,7 +146,7 @@ class Trainer:
 
     # -- the loop ----------------------------------------------------------------------------------------
     def fit(self) -> list[dict[str, float]]:
-        "Train until `max_steps`, `max_minutes` or `stop_when`; validate and checkpoint on the way. Returns the metrics."
+        "Train until `max_steps`, `max_minutes` or `stop_when`, validating and checkpointing; returns the metrics."
         self.model.train()
         stream = self.micro_batches()
         bar = tqdm(total=self.cfg.max_steps, initial=self.step, disable=not self.progress, unit="step")
@@ -182,7 +182,8 @@ class Trainer:
         loss, tokens = self._since_eval
         row = {"step": self.step, "epoch": self.epoch + self.position / max(1, len(self.sampler.batches(self.epoch))),
                "train_loss": loss / max(tokens, 1), "lr": self.optimizer.param_groups[0]["lr"],
-               "train_minutes": self.train_seconds / 60, "tokens_per_s": self.tokens_seen / max(self.train_seconds, 1e-9)}
+               "train_minutes": self.train_seconds / 60,
+               "tokens_per_s": self.tokens_seen / max(self.train_seconds, 1e-9)}
         if self.valid_pairs:
             valid = evaluate(self.model, self.valid_pairs, self.cfg.max_tokens, self.device)
             row |= {"valid_loss": valid["loss"], "valid_ppl": valid["ppl"]}
@@ -226,7 +227,8 @@ class Trainer:
             save_file(tensors, str(tmp / "optimizer.safetensors"))
             save_file(rng_tensors(), str(tmp / "rng.safetensors"))
             state = {"step": self.step, "epoch": self.epoch, "position": self.position,
-                     "train_seconds": self.train_seconds, "tokens_seen": self.tokens_seen, "since_eval": self._since_eval,
+                     "train_seconds": self.train_seconds, "tokens_seen": self.tokens_seen,
+                     "since_eval": self._since_eval,
                      "optimizer_groups": groups,
                      "scheduler": self.scheduler.state_dict(), "metrics": self.metrics,
                      "train_config": asdict(self.cfg), "precision": self.precision}
@@ -255,7 +257,8 @@ class Trainer:
             optimizer_state = load_file(str(path / "optimizer.safetensors"))
             rng = load_file(str(path / "rng.safetensors"))
         except (OSError, SafetensorError, json.JSONDecodeError, KeyError) as e:
-            raise CheckpointError(f"{path} is not a complete training checkpoint: {e!r} is missing or corrupt") from None
+            raise CheckpointError(
+                f"{path} is not a complete training checkpoint: {e!r} is missing or corrupt") from None
         load_weights(self.model, path)
         (self.step, self.epoch, self.position, self.train_seconds, self.tokens_seen, self._since_eval,
          self.metrics, scheduler, groups) = counters

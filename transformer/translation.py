@@ -114,7 +114,8 @@ def translate_text(model: Transformer, tokenizer: Tokenizer, sentences: Sequence
     ids = [e.ids for e in tokenizer.encode_batch(list(sentences))]
     for i, x in enumerate(ids):
         if len(x) + 1 > model.cfg.max_len:  # + </s>
-            raise ValueError(f"sentence {i + 1} has {len(x)} tokens; this model accepts at most {model.cfg.max_len - 1}")
+            raise ValueError(f"sentence {i + 1} has {len(x)} tokens; "
+                             f"this model accepts at most {model.cfg.max_len - 1}")
     return tokenizer.decode_batch(translate_ids(model, ids, beam_size, alpha, batch_size))
 
 
@@ -128,8 +129,11 @@ def bleu(hypotheses: Sequence[str], references: Sequence[str]) -> tuple[float, s
 def git_commit() -> str:
     "The current commit (with '-dirty' if the tree has changes), or 'unknown' outside a git checkout."
     try:
-        run_git = lambda *a: subprocess.run(["git", *a], capture_output=True, text=True, check=True).stdout.strip()  # noqa: E731
-        return run_git("rev-parse", "HEAD") + ("-dirty" if run_git("status", "--porcelain", "--untracked-files=no") else "")
+        def run_git(*args: str) -> str:
+            return subprocess.run(["git", *args], capture_output=True, text=True, check=True).stdout.strip()
+
+        dirty = run_git("status", "--porcelain", "--untracked-files=no")
+        return run_git("rev-parse", "HEAD") + ("-dirty" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
 
@@ -184,7 +188,9 @@ def attention_maps(model: Transformer, tokenizer: Tokenizer, source: str, beam_s
     with torch.no_grad(), record_attention(model) as maps:
         model(batch.src, batch.tgt_in)
     specials = {model.cfg.pad_id, model.cfg.bos_id, model.cfg.eos_id}
-    pieces = lambda ids: [tokenizer.id_to_token(i) if i in specials else tokenizer.decode([i]) for i in ids]  # noqa: E731
+    def pieces(ids: list[int]) -> list[str]:
+        return [tokenizer.id_to_token(i) if i in specials else tokenizer.decode([i]) for i in ids]
+
     return {"source": source, "translation": tokenizer.decode(out_ids),
             "source_tokens": pieces(batch.src[0].tolist()), "target_tokens": pieces(batch.tgt_in[0].tolist()),
             "layers": {name: w[0].round(decimals=4).tolist() for name, w in maps.items()}}  # (h, T_q, T_k) each
@@ -208,11 +214,13 @@ def write_report(model_dir: Path, report_dir: Path, pairs: Sequence[tuple[str, s
     if averaged and checkpoint:  # what averaging adds over the last checkpoint alone
         last, _ = load_translator(checkpoint)
         variants.append({"model": f"last checkpoint ({checkpoint.name})", "beam": beam_size,
-                         "bleu": round(bleu(translate_text(last, tokenizer, sources, beam_size, alpha), references)[0], 2)})
+                         "bleu": round(bleu(translate_text(last, tokenizer, sources, beam_size, alpha),
+                                            references)[0], 2)})
     summary = {"test2016_sacrebleu": round(score, 2), "sacrebleu_signature": signature, "beam_size": beam_size,
                "alpha": alpha, "averaged_checkpoints": [Path(p).name for p in averaged],
                "train_minutes": round(state.get("train_seconds", 0) / 60, 1), "train_steps": state.get("step"),
-               "epochs": state.get("epoch"), "tokens_per_s": round(state.get("tokens_seen", 0) / max(state.get("train_seconds", 0), 1e-9)),
+               "epochs": state.get("epoch"),
+               "tokens_per_s": round(state.get("tokens_seen", 0) / max(state.get("train_seconds", 0), 1e-9)),
                "parameters": sum(p.numel() for p in model.parameters()),
                "commit": trained.get("commit", "unknown"), "machine": trained.get("machine", "unknown"),
                "evaluated_at_commit": git_commit(), "evaluated_on": machine_description(), "variants": variants}
