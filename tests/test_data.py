@@ -2,6 +2,7 @@
 
 import gzip
 import os
+import re
 import shutil
 import urllib.request
 from pathlib import Path
@@ -83,7 +84,7 @@ def test_mismatched_line_counts(monkeypatch, tmp_path):
 
 def test_unknown_split_and_file():
     """Unknown names are errors that list the choices."""
-    with pytest.raises(DataError, match="unknown split 'dev'.*train, val, test2016"):
+    with pytest.raises(DataError, match="unknown split 'dev'.*train, val, test2016, test2017, mscoco2017, test2018"):
         load_split("dev")
     with pytest.raises(DataError, match="unknown Multi30k file"):
         multi30k_file("train.xx.gz")
@@ -92,8 +93,8 @@ def test_unknown_split_and_file():
 @needs_data
 def test_splits_have_the_published_sizes():
     """29,000 / 1,014 / 1,000 pairs, German first."""
-    sizes = {name: len(load_split(name, DATA)) for name in ("train", "val", "test2016")}
-    assert sizes == {"train": 29000, "val": 1014, "test2016": 1000}
+    sizes = {name: len(load_split(name, DATA)) for name in ("train", "val", "test2016", "test2017", "mscoco2017")}
+    assert sizes == {"train": 29000, "val": 1014, "test2016": 1000, "test2017": 1000, "mscoco2017": 461}
     assert load_split("val", DATA)[0][0].startswith("Eine Gruppe von Männern")
 
 
@@ -148,3 +149,22 @@ def test_vocabulary_is_built_on_training_sentences_only(monkeypatch, tmp_path):
     train = {s for pair in load_split("train", DATA) for s in pair}
     held_out = {s for split in ("val", "test2016") for pair in load_split(split, DATA) for s in pair} - train
     assert set(seen) == train and not set(seen) & held_out
+
+
+def test_every_upstream_file_has_its_checksum():
+    """Every file of the release is known by its SHA-256 (the shared folder's SHA256SUMS lists the upstream sums),
+    and every split's German and English files are among them."""
+    assert all(re.fullmatch("[0-9a-f]{64}", digest) for digest in data.MULTI30K_SHA256.values())
+    for stem in data.MULTI30K_SPLITS.values():
+        assert {f"{stem}.de.gz", f"{stem}.en.gz"} <= set(data.MULTI30K_SHA256)
+    sums = DATA / "SHA256SUMS"
+    if sums.is_file():
+        listed = dict(reversed(line.split()) for line in sums.read_text().splitlines() if line.strip())
+        assert listed == data.MULTI30K_SHA256
+
+
+def test_a_split_missing_from_a_local_folder_names_the_file_and_its_source(tmp_path):
+    """A local folder without a split's files (the shared folder has no test2018) says which file is missing and
+    where it comes from."""
+    with pytest.raises(DataError, match=r"test_2018_flickr\.de\.gz not found in .*raw\.githubusercontent\.com/multi30k"):
+        load_split("test2018", tmp_path)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from . import __version__
 from .checkpoint import CheckpointError
-from .data import DataError, load_split
+from .data import MULTI30K_SPLITS, DataError, load_split
 from .decoding import save_average
 from .model import PRESETS
 from .trainer import TrainConfig
@@ -63,7 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("evaluate", help="sacreBLEU of a model on a Multi30k split or on files")
     add_decoding_args(p)
-    p.add_argument("--split", choices=["val", "test2016"], help="a Multi30k split")
+    p.add_argument("--split", choices=[s for s in MULTI30K_SPLITS if s != "train"],
+                   help="a Multi30k split: val or a test set (test2016, test2017, mscoco2017, test2018)")
     p.add_argument("--data-dir", help="folder with the Multi30k .gz files")
     p.add_argument("--src", help="source sentences, one per line (with --ref instead of --split)")
     p.add_argument("--ref", help="reference translations, one per line")

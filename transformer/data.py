@@ -21,14 +21,32 @@ from .model import TransformerConfig
 
 # %% ../nbs/07_data.ipynb #e5a4adfc
 MULTI30K_URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw"
-MULTI30K_SPLITS = {"train": "train", "val": "val", "test2016": "test_2016_flickr"}  # our name → file stem
-MULTI30K_SHA256 = {
+MULTI30K_SPLITS = {  # our name → upstream file stem; the test sets of the WMT multimodal tasks 2016–2018
+    "train": "train", "val": "val", "test2016": "test_2016_flickr", "test2017": "test_2017_flickr",
+    "mscoco2017": "test_2017_mscoco", "test2018": "test_2018_flickr"}
+MULTI30K_SHA256 = {  # every file of the release, German, English, French and Czech (no Czech for the 2017 sets)
+    "train.cs.gz": "a65adb8b32e3bc664f21ecba7a6e7f6950fd1f405e135f7c312faabdb6255077",
     "train.de.gz": "726e39b2fa9eb9ffb6dc763fb35a179f80fae06ffc5d28b6ace5faa883de28a6",
     "train.en.gz": "d79cfa999dd4c51d2cb42499b6796d5a882c3a8a961923c25a898c90f8bbd56f",
+    "train.fr.gz": "622e75069e9f4c577425c4f277116ce66e63a2401c0a2312d90073cb12379a3c",
+    "val.cs.gz": "b63226e05c4bd5dd6a42897d74b86a1b9d2c31498252c572b1ea7f7996927fcc",
     "val.de.gz": "f0cba2f995189cf5770f29a8a9a537a3ad3f51657ad873405082ff6863a5e75a",
     "val.en.gz": "14f7d25ddd868909a9213e361768460edcacdd6ab9d1e77b92560dc10c10dc28",
+    "val.fr.gz": "ca3106f1a72390591d25f6c45cb4cd39dec4cd3f123e099748a3ce5256c160e9",
+    "test_2016_flickr.cs.gz": "200a4a74cc9560f051924abb9803be008d1908d77f747e9141aeb86dfd2797f1",
     "test_2016_flickr.de.gz": "9204244e408ccb38d2a55cfcd344df15005fc42a07a6e55ca6c52b6ababb8cc8",
     "test_2016_flickr.en.gz": "611d361c6334bc7246101d48097c13cf5c4413c5befc793cc629934359d532d9",
+    "test_2016_flickr.fr.gz": "6d326e188d259fb1d04ac19eae3af956559b3a0b93d7635e56c90987c40c8b90",
+    "test_2017_flickr.de.gz": "a2c89666db00c495cd8513b9d708d5a3acc205d7de312ef2bf5fb7ebc1540aee",
+    "test_2017_flickr.en.gz": "76a444ee25172e72695cddb13ae4a3bda59430617be88e0bb46b60504f054074",
+    "test_2017_flickr.fr.gz": "3ba671ceb2299f3304ffafefea7a833d08632fbaf0ba18546f8a2ec2391af496",
+    "test_2017_mscoco.de.gz": "799e4854c25d601cb6cb6be29eabe5667734c61ace2f495e03e429031a0bc338",
+    "test_2017_mscoco.en.gz": "aab300bfb4427697987e02cd0aacd44bfe8aa50456231b6474c08038bbed2b58",
+    "test_2017_mscoco.fr.gz": "754f3072ba9f124569ba5258b32730fc1d214bbf8e0c6dfb2b74401676220db0",
+    "test_2018_flickr.cs.gz": "7d0a9db904f94c554a8c58049a9f3a5357c27f46cc3d710d70cb0b4a2585b8c2",
+    "test_2018_flickr.de.gz": "ddd0130c7d97482dc5197a02141dae8dd79f20f03586c480d675c09a32daf608",
+    "test_2018_flickr.en.gz": "ef4f4844037d4c5dea75c9a8ed5fd78905967a26f67c255e230cc9780032654d",
+    "test_2018_flickr.fr.gz": "fb2b83fcceb937a4f7e3e93c1c51c22aba92f1e342391e6b5ba392b16a920501",
 }
 DATA_DIR_ENV = "MULTI30K_DIR"
 
@@ -96,7 +114,7 @@ def read_lines(path: Path) -> list[str]:
 
 def load_split(split: str, data_dir: str | Path | None = None, src: str = "de",
                tgt: str = "en") -> list[tuple[str, str]]:
-    "Sentence pairs of a Multi30k split ('train', 'val' or 'test2016'), German → English by default."
+    "Sentence pairs of a Multi30k split (a key of `MULTI30K_SPLITS`), German → English by default."
     if split not in MULTI30K_SPLITS:
         raise DataError(f"unknown split {split!r}; choose one of {', '.join(MULTI30K_SPLITS)}")
     stem = MULTI30K_SPLITS[split]
