@@ -7,6 +7,7 @@ __all__ = ['TrainConfig', 'NonFiniteLossError', 'Trainer']
 
 # %% ../nbs/04c_trainer.ipynb #22f63901
 import csv
+import functools
 import json
 import os
 import shutil
@@ -106,13 +107,17 @@ class Trainer:
                 yield make_batch([self.train_pairs[i] for i in idx], self.model.cfg), self.position == len(batches)
             self.epoch, self.position = self.epoch + 1, 0
 
+    @functools.cached_property
+    def probe_batch(self) -> Batch:
+        "The first training batch, on the device: what the bf16 probe times (built once, only if it is needed)."
+        idx = self.sampler.batches(0)[0]
+        return make_batch([self.train_pairs[i] for i in idx], self.model.cfg).to(self.device)
+
     def probe_step(self, bf16: bool) -> None:
         "Forward and backward on the first training batch, for `choose_bf16`; weights and RNGs stay as they were."
         rng = rng_tensors()
-        idx = self.sampler.batches(0)[0]
-        batch = make_batch([self.train_pairs[i] for i in idx], self.model.cfg).to(self.device)
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=bf16):
-            loss, _ = batch_loss(self.model, batch, self.cfg.label_smoothing)
+            loss, _ = batch_loss(self.model, self.probe_batch, self.cfg.label_smoothing)
         loss.backward()
         self.model.zero_grad(set_to_none=True)
         set_rng(rng)
