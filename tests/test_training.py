@@ -15,7 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from safetensors import safe_open
 
-import transformer.trainer as trainer_module
+import transformer.checkpoint as checkpoint_module
+import transformer.distributed as distributed_module
 from transformer.checkpoint import CheckpointError, load_model_dir, read_config, save_model_files, write_atomically
 from transformer.model import Transformer, TransformerConfig
 from transformer.trainer import NonFiniteLossError, TrainConfig, Trainer
@@ -289,10 +290,11 @@ def test_accumulated_micro_batches_equal_one_big_batch():
     # arithmetic (the key biases') up to ±lr. A large ε makes the step proportional to the gradient instead.
     for t in (accumulated, single):
         t.optimizer.param_groups[0]["eps"] = 1e-2
-    micro = [make_batch(pairs[a:b], accumulated.model.cfg) for a, b in ((0, 3), (3, 8), (8, 12))]
-    assert len({b.n_tgt_tokens for b in micro}) > 1  # unequal micro-batches: per-batch averaging would show
+    micro = [list(range(a, b)) for a, b in ((0, 3), (3, 8), (8, 12))]  # sentence indices of each micro-batch
+    sizes = {make_batch([pairs[i] for i in m], accumulated.model.cfg).n_tgt_tokens for m in micro}
+    assert len(sizes) > 1  # unequal micro-batches: per-batch averaging would show
     loss_acc = accumulated.train_step(micro)
-    loss_one = single.train_step([make_batch(pairs, single.model.cfg)])
+    loss_one = single.train_step([list(range(12))])
 
     assert loss_acc == pytest.approx(loss_one, rel=1e-5)
     after = params(single.model)
@@ -581,7 +583,7 @@ def test_failed_checkpoint_keeps_latest(tmp_path, monkeypatch):
 
     t.model.train()
     t.train_step([next(t.micro_batches())[0]])
-    monkeypatch.setattr(trainer_module, "save_file", failing_save_file)
+    monkeypatch.setattr(checkpoint_module, "save_file", failing_save_file)
     with pytest.raises(OSError, match="No space left"):
         t.save_checkpoint()
     monkeypatch.undo()
@@ -600,14 +602,14 @@ def test_failed_checkpoint_keeps_latest(tmp_path, monkeypatch):
 def poison_batch_loss(monkeypatch, from_call: int) -> None:
     "Make the trainer's batch_loss return an infinite loss from its `from_call`-th call on."
     calls = [0]
-    real = trainer_module.batch_loss
+    real = distributed_module.batch_loss
 
     def patched(*args, **kwargs):
         calls[0] += 1
         loss, nll = real(*args, **kwargs)
         return (loss * math.inf, nll) if calls[0] >= from_call else (loss, nll)
 
-    monkeypatch.setattr(trainer_module, "batch_loss", patched)
+    monkeypatch.setattr(distributed_module, "batch_loss", patched)
 
 
 def test_non_finite_loss_stops_training(tmp_path, monkeypatch):

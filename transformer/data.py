@@ -4,8 +4,8 @@
 
 # %% auto #0
 __all__ = ['MULTI30K_URL', 'MULTI30K_SPLITS', 'MULTI30K_SHA256', 'DATA_DIR_ENV', 'SPECIAL_TOKENS', 'DataError', 'sha256',
-           'cache_dir', 'check_file', 'multi30k_file', 'read_lines', 'load_split', 'train_bpe', 'check_tokenizer',
-           'encode_pairs']
+           'cache_dir', 'check_file', 'multi30k_file', 'read_lines', 'load_split', 'read_text_lines', 'read_parallel',
+           'train_bpe', 'check_tokenizer', 'encode_pairs']
 
 # %% ../nbs/07_data.ipynb #6f58bb52
 import gzip
@@ -123,6 +123,35 @@ def load_split(split: str, data_dir: str | Path | None = None, src: str = "de",
         raise DataError(f"{stem}.{src}.gz has {len(sources)} lines but {stem}.{tgt}.gz has {len(targets)}: "
                         "the files do not belong together")
     return list(zip(sources, targets))
+
+# %% ../nbs/07_data.ipynb #94cbe4e1
+def read_text_lines(path: str | Path) -> list[str]:
+    "The lines of a UTF-8 text file (gzipped if it ends in .gz), without line ends; a `DataError` if unusable."
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"corpus file {path} not found")
+    raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+    if not raw.strip():
+        raise DataError(f"corpus file {path} is empty")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw.count(b"\n", 0, e.start) + 1
+        raise DataError(f"{path} is not UTF-8 text: line {line} holds the byte {raw[e.start]:#04x}; "
+                        "convert the file to UTF-8 (e.g. iconv -f latin1 -t utf-8)") from None
+    # split on "\n" only: str.splitlines would also split at U+2028 and friends, misaligning the two sides
+    return [line.removesuffix("\r") for line in text.removesuffix("\n").split("\n")]
+
+
+def read_parallel(src_path: str | Path, tgt_path: str | Path) -> tuple[list[tuple[str, str]], dict[str, int]]:
+    "Sentence pairs from two line-aligned files, and counts of lines read and of pairs skipped for an empty side."
+    sources, targets = read_text_lines(src_path), read_text_lines(tgt_path)
+    if len(sources) != len(targets):
+        raise DataError(f"{src_path} has {len(sources):,} lines but {tgt_path} has {len(targets):,}: "
+                        "a parallel corpus needs exactly one target line per source line")
+    pairs = [(s.strip(), t.strip()) for s, t in zip(sources, targets)]
+    kept = [(s, t) for s, t in pairs if s and t]
+    return kept, {"lines": len(pairs), "pairs": len(kept), "empty": len(pairs) - len(kept)}
 
 # %% ../nbs/07_data.ipynb #48638fc5
 SPECIAL_TOKENS = ["<pad>", "<s>", "</s>"]  # ids 0, 1, 2: TransformerConfig's pad_id, bos_id, eos_id

@@ -15,6 +15,7 @@ import torch
 from torch import Tensor
 
 from .attention import padding_mask
+from .layers import check_tokens
 from .model import KVCache, Transformer
 from .training import pad_sequences
 from .checkpoint import CheckpointError, load_model_dir, read_config, save_model_files, write_atomically
@@ -147,7 +148,9 @@ def translate_ids(model: Transformer, sentences: Sequence[Sequence[int]], beam_s
     out: list[list[int]] = [[] for _ in sentences]
     for k in range(0, len(order), batch_size):
         idx = order[k : k + batch_size]
-        src = pad_sequences([[*sentences[i], model.cfg.eos_id] for i in idx], model.cfg.pad_id).to(device)
+        src = pad_sequences([[*sentences[i], model.cfg.eos_id] for i in idx], model.cfg.pad_id)
+        check_tokens(src, model.cfg.src_vocab_size)  # on the host: the device never waits for this check
+        src = src.to(device)
         if beam_size == 1:
             results = greedy_decode(model, src, max_extra)
         else:

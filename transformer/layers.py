@@ -31,11 +31,13 @@ class PositionwiseFeedForward(nn.Module):
 
 # %% ../nbs/02_layers.ipynb #68541987
 def check_tokens(tokens: Tensor, vocab_size: int) -> None:
-    "Raise unless `tokens` is a (batch, length) integer tensor of ids below `vocab_size`."
+    "Raise unless `tokens` is a (batch, length) integer tensor of ids below `vocab_size` (values: on the CPU only)."
     if tokens.dtype.is_floating_point or tokens.dtype.is_complex or tokens.dtype == torch.bool:
         raise TypeError(f"token ids must be an integer tensor, got {tokens.dtype}")
     if tokens.dim() != 2:
         raise ValueError(f"token ids must have shape (batch, length), got {tuple(tokens.shape)}")
+    if tokens.device.type != "cpu":  # reading values would stall the GPU: batches are checked on the host instead
+        return
     if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= vocab_size):
         raise ValueError(f"token ids must lie in [0, {vocab_size}), got values in "
                          f"[{int(tokens.min())}, {int(tokens.max())}]: does the vocabulary match the model?")

@@ -5,7 +5,7 @@
 # %% auto #0
 __all__ = ['ISA_FLAGS', 'Batch', 'pad_sequences', 'make_batch', 'TokenBatchSampler', 'cpuinfo', 'cpu_isa', 'machine_description',
            'native_bf16', 'best_seconds', 'choose_bf16', 'noam_rate', 'make_optimizer', 'SmoothedCrossEntropy',
-           'label_smoothed_loss', 'batch_loss', 'evaluate']
+           'label_smoothed_loss', 'batch_loss', 'evaluate', 'TrainConfig']
 
 # %% ../nbs/04_training.ipynb #48f0ee2a
 import math
@@ -13,13 +13,14 @@ import os
 import platform
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 import torch
 from torch import Tensor
 
 from .attention import padding_mask, subsequent_mask
+from .layers import check_tokens
 from .model import Transformer, TransformerConfig
 
 
@@ -32,6 +33,11 @@ class Batch:
     tgt_in: Tensor   # (B, T) <s> followed by the target ids: what the decoder reads
     tgt_out: Tensor  # (B, T) the target ids followed by </s>: what the decoder must predict
     pad_id: int
+    target_rows: Tensor | None = None  # (N,) flat positions of the real target tokens (default: found on creation)
+
+    def __post_init__(self):
+        if self.target_rows is None:  # made where the batch is made, on the host: a GPU never waits to count them
+            self.target_rows = (self.tgt_out != self.pad_id).flatten().nonzero().squeeze(1)
 
     @property
     def src_mask(self) -> Tensor:
@@ -53,7 +59,8 @@ class Batch:
         return int((self.tgt_out != self.pad_id).sum())
 
     def to(self, device: torch.device | str) -> "Batch":
-        return Batch(self.src.to(device), self.tgt_in.to(device), self.tgt_out.to(device), self.pad_id)
+        return Batch(*(t.to(device) for t in (self.src, self.tgt_in, self.tgt_out)), self.pad_id,
+                     self.target_rows.to(device))
 
 
 def pad_sequences(seqs: Sequence[Sequence[int]], pad_id: int) -> Tensor:
@@ -65,13 +72,16 @@ def pad_sequences(seqs: Sequence[Sequence[int]], pad_id: int) -> Tensor:
 
 
 def make_batch(pairs: Sequence[tuple[Sequence[int], Sequence[int]]], cfg: TransformerConfig) -> Batch:
-    "A `Batch` from (source ids, target ids) pairs, adding </s>, <s> and padding as the model's config says."
+    "A `Batch` from (source ids, target ids) pairs, adding </s>, <s> and padding; ids are checked here, on the host."
     if not pairs:
         raise ValueError("cannot make a batch from no sentence pairs")
-    return Batch(src=pad_sequences([[*x, cfg.eos_id] for x, _ in pairs], cfg.pad_id),
-                 tgt_in=pad_sequences([[cfg.bos_id, *y] for _, y in pairs], cfg.pad_id),
-                 tgt_out=pad_sequences([[*y, cfg.eos_id] for _, y in pairs], cfg.pad_id),
-                 pad_id=cfg.pad_id)
+    batch = Batch(src=pad_sequences([[*x, cfg.eos_id] for x, _ in pairs], cfg.pad_id),
+                  tgt_in=pad_sequences([[cfg.bos_id, *y] for _, y in pairs], cfg.pad_id),
+                  tgt_out=pad_sequences([[*y, cfg.eos_id] for _, y in pairs], cfg.pad_id),
+                  pad_id=cfg.pad_id)
+    check_tokens(batch.src, cfg.src_vocab_size)  # once per batch on the CPU, so a GPU step never waits for it
+    check_tokens(batch.tgt_out, cfg.tgt_vocab_size)
+    return batch
 
 # %% ../nbs/04_training.ipynb #483d4b9a
 class TokenBatchSampler:
@@ -237,8 +247,9 @@ def batch_loss(model: Transformer, batch: Batch, smoothing: float) -> tuple[Tens
     "Summed label-smoothed loss and NLL over the real target tokens of `batch`."
     src_mask = batch.src_mask
     hidden = model.decode(batch.tgt_in, model.encode(batch.src, src_mask), src_mask, batch.tgt_mask)
-    real = batch.tgt_out != batch.pad_id
-    return label_smoothed_loss(model.generator(hidden[real]), batch.tgt_out[real], smoothing)
+    rows = batch.target_rows  # (N,): index_select needs no device sync, unlike a boolean mask
+    return label_smoothed_loss(model.generator(hidden.flatten(0, 1).index_select(0, rows)),
+                               batch.tgt_out.flatten().index_select(0, rows), smoothing)
 
 
 @torch.no_grad()
@@ -255,3 +266,41 @@ def evaluate(model: Transformer, pairs: Sequence[tuple[Sequence[int], Sequence[i
         tokens += batch.n_tgt_tokens
     model.train(was_training)
     return {"loss": nll / tokens, "ppl": math.exp(nll / tokens)}
+
+# %% ../nbs/04_training.ipynb #b846b96e
+@dataclass(frozen=True)
+class TrainConfig:
+    "Settings of a training run; the defaults follow §5 where the paper gives a value."
+
+    max_tokens: int = 4096        # padded tokens per micro-batch on each side (the paper: ~25k per batch)
+    accumulate: int = 1           # micro-batches per optimizer step: a larger batch at the same memory
+    max_steps: int = 100_000      # optimizer steps to train for (the paper: 100k for base, 300k for big)
+    max_minutes: float = 0.0      # stop after this much training time (0: no limit); validation is not counted
+    warmup: int = 4000            # steps of linear warmup in the learning-rate schedule (§5.3)
+    lr_factor: float = 1.0        # multiplies the schedule; small models and batches tolerate more than 1
+    label_smoothing: float = 0.1  # ε_ls of §5.4
+    clip_grad_norm: float = 0.0   # clip the gradient's global norm to this value (0: no clipping)
+    bf16: bool | str = False      # bfloat16 autocast: True, False, or "auto" (on where native and measured faster)
+    eval_every: int = 0           # validate and checkpoint every this many steps (0: at the end of each epoch)
+    keep_last: int = 5            # checkpoints kept on disk (the paper averages the last 5)
+    seed: int = 0                 # seeds the batch order (the command line also seeds initialisation with it)
+
+    def __post_init__(self):
+        for name in ("max_tokens", "accumulate", "max_steps", "warmup", "keep_last"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)!r}")
+        for name in ("max_minutes", "lr_factor", "clip_grad_norm", "eval_every"):
+            if not getattr(self, name) >= 0:  # also rejects NaN
+                raise ValueError(f"{name} must not be negative, got {getattr(self, name)!r}")
+        if not 0.0 <= self.label_smoothing < 1.0:
+            raise ValueError(f"label_smoothing must be in [0, 1), got {self.label_smoothing}")
+        if not (isinstance(self.bf16, bool) or self.bf16 == "auto"):
+            raise ValueError(f'bf16 must be true, false or "auto", got {self.bf16!r}')
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "TrainConfig":
+        "A config from a dict, rejecting unknown keys by name."
+        unknown = set(d) - {f.name for f in fields(cls)}
+        if unknown:
+            raise ValueError(f"unknown training setting(s): {', '.join(sorted(unknown))}")
+        return cls(**d)

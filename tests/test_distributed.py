@@ -1,0 +1,129 @@
+"""Data-parallel training on CPUs (gloo, 2 processes): one step equals one process's step, a killed process ends the
+run with one clear error and an intact checkpoint, and a resumed 2-process run continues exactly."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from transformer.checkpoint import load_model_dir, read_training_checkpoint
+from transformer.distributed import RUN_CLI, World, shard
+from transformer.translation import load_run_config
+
+from corpus import write_corpus
+
+WORKER = Path(__file__).parent / "ddp_worker.py"
+pytestmark = pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed is not available")
+
+
+def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *RUN_CLI, *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_shards_cover_a_micro_batch_in_order():
+    for n in range(0, 12):
+        for size in range(1, 5):
+            shares = [shard(list(range(n)), World(r, size)) for r in range(size)]
+            assert sum(shares, []) == list(range(n)) and max(map(len, shares)) - min(map(len, shares)) <= 1
+
+
+def test_two_processes_take_the_step_of_one(tmp_path):
+    """Two optimizer steps on 2 processes (gloo) give the weights of the same steps on 1 process over the union of
+    the batches, including a micro-batch of one sentence, where one process has nothing and joins with zero weight."""
+    one, two = tmp_path / "one.safetensors", tmp_path / "two.safetensors"
+    single = subprocess.run([sys.executable, str(WORKER), str(one)], capture_output=True, text=True, timeout=300)
+    assert single.returncode == 0, single.stderr
+    pair = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                           str(WORKER), str(two)], capture_output=True, text=True, timeout=300)
+    assert pair.returncode == 0, pair.stderr
+    assert "smallest micro-batch: 1 sentence" in pair.stdout
+    a, b = load_file(str(one)), load_file(str(two))
+    assert a.keys() == b.keys()
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], atol=1e-5, rtol=1e-4, msg=k)
+
+
+def test_resume_after_two_processes_continues_exactly(tmp_path):
+    """4 steps on 2 processes in one go == 2 steps, then a resumed run to 4 (dropout on: every rank's RNG is kept)."""
+    config = write_corpus(tmp_path, dropout=0.1)
+    straight = cli("train", "--config", str(config), "--out", "straight", "--nproc", "2", "--max-steps", "4",
+                   "--quiet", cwd=tmp_path)
+    assert straight.returncode == 0, straight.stderr
+    first = cli("train", "--config", str(config), "--out", "split", "--nproc", "2", "--max-steps", "2", "--quiet",
+                cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    second = cli("train", "--config", str(config), "--out", "split", "--nproc", "2", "--max-steps", "4", "--resume",
+                 "--quiet", cwd=tmp_path)
+    assert second.returncode == 0, second.stderr
+    a = load_file(str(tmp_path / "straight/checkpoints/step-0000004/model.safetensors"))
+    b = load_file(str(tmp_path / "split/checkpoints/step-0000004/model.safetensors"))
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    state, _, rng = read_training_checkpoint(tmp_path / "split/checkpoints/step-0000004",
+                                             load_model_dir(tmp_path / "split/checkpoints/step-0000004").cfg)
+    assert state["world_size"] == 2 and {"torch_cpu", "rank1.torch_cpu"} <= set(rng)
+
+
+def rank_pid(launcher: int, rank: int) -> int | None:
+    "The pid of the process with RANK=`rank` among the descendants of `launcher` (Linux /proc)."
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            env = (proc / "environ").read_bytes().split(b"\0")
+            pid, parents = int(proc.name), []
+            while pid > 1:  # walk up to see whether the launcher started it
+                pid = int((Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                parents.append(pid)
+        except (OSError, ValueError, IndexError):
+            continue
+        if f"RANK={rank}".encode() in env and launcher in parents:
+            return int(proc.name)
+    return None
+
+
+@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="finds the process to kill through /proc")
+def test_a_killed_process_ends_the_run_with_one_clear_error(tmp_path):
+    """SIGKILL one of two processes mid-run: the command exits 2 with one line naming the process, the signal and
+    the last checkpoint, which is intact and resumes."""
+    config = write_corpus(tmp_path, dropout=0.1)
+    err = open(tmp_path / "stderr.txt", "w")
+    run = subprocess.Popen([sys.executable, *RUN_CLI, "train", "--config", str(config), "--out", "run",
+                            "--nproc", "2", "--max-steps", "100000", "--quiet"], cwd=tmp_path, stdout=err, stderr=err)
+    latest = tmp_path / "run/checkpoints/latest"
+    deadline = time.monotonic() + 120
+    while not latest.is_file() and time.monotonic() < deadline and run.poll() is None:
+        time.sleep(0.2)
+    victim = rank_pid(run.pid, 1)
+    assert latest.is_file() and victim is not None, (tmp_path / "stderr.txt").read_text()
+    os.kill(victim, signal.SIGKILL)
+    assert run.wait(timeout=120) == 2
+    err.close()
+    last_line = (tmp_path / "stderr.txt").read_text().strip().splitlines()[-1]
+    assert last_line.startswith("transformer train: error: process 1 of 2 was killed by SIGKILL"), last_line
+    kept = tmp_path / "run/checkpoints" / latest.read_text().strip()
+    assert f"the last checkpoint, {Path('run/checkpoints') / kept.name}, is intact" in last_line, last_line
+    model = load_model_dir(kept)  # loads, and the training state reads back whole
+    step = read_training_checkpoint(kept, model.cfg)[0]["step"]
+    resumed = cli("train", "--config", str(config), "--out", "run", "--nproc", "2", "--max-steps", str(step + 2),
+                  "--resume", "--quiet", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert (tmp_path / "run/checkpoints/latest").read_text().strip() == f"step-{step + 2:07d}"
+
+
+def test_resume_with_another_number_of_processes_says_so(tmp_path):
+    """A 2-process run resumed on 1 process goes on (the steps cover the same sentences) and says what differs."""
+    config = write_corpus(tmp_path)
+    assert cli("train", "--config", str(config), "--out", "run", "--nproc", "2", "--max-steps", "2", "--quiet",
+               cwd=tmp_path).returncode == 0
+    resumed = cli("train", "--config", str(config), "--out", "run", "--max-steps", "4", "--resume", "--quiet",
+                  cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resuming a run of 2 process(es) with 1" in resumed.stderr
+    assert load_run_config(config).train.max_steps == 4  # the config itself is untouched
