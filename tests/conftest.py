@@ -58,6 +58,12 @@ def post_ln_model() -> Transformer:
 
 
 @pytest.fixture(scope="session")
+def narrow_key_model() -> Transformer:
+    "A tiny post-LN model whose queries and keys are 3 wide per head, values 8 (Table 3 (B)), vectors randomised."
+    return randomize_vectors(make_model(seed=3, d_k=3), seed=102)
+
+
+@pytest.fixture(scope="session")
 def pre_ln_model() -> Transformer:
     "One shared tiny pre-LN model, biases and norms randomised (read-only: tests must not mutate it)."
     return randomize_vectors(make_model(seed=1, norm_first=True), seed=101)

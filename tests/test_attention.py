@@ -211,3 +211,24 @@ def test_fast_and_explicit_agree_on_fully_masked_query_rows():
     out = explicit_attention(q, k, v, mask)[0]
     assert_close(fast_attention(q, k, v, mask), out)
     assert (out[0, :, 1] == 0).all() and torch.isfinite(out).all()
+
+
+@pytest.mark.parametrize("d_k", [1, 3, 16])
+def test_narrow_keys_fast_path_equals_explicit_path(d_k):
+    """With d_k ≠ d_model / h (Table 3 (B)), self- and cross-attention through SDPA equal the explicit weights' path."""
+    torch.manual_seed(d_k)
+    mha = MultiHeadAttention(32, 4, d_k=d_k)
+    assert mha.in_proj.out_features == 2 * 4 * d_k + 32
+    x, memory = torch.randn(2, 5, 32), torch.randn(2, 7, 32)
+    mask = torch.rand(2, 1, 5, 7) > 0.3
+    mask[..., 0] = True
+    fast = (mha(x), mha(x, memory, mask=mask))
+    mha.record = True
+    explicit = (mha(x), mha(x, memory, mask=mask))
+    for a, b in zip(fast, explicit):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
+def test_bad_key_width_is_refused():
+    with pytest.raises(ValueError, match="d_k must be a positive integer"):
+        MultiHeadAttention(32, 4, d_k=0)

@@ -102,7 +102,7 @@ def model() -> Transformer:
 
 # --- the key-value cache ------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("which", ["post_ln_model", "pre_ln_model"])
+@pytest.mark.parametrize("which", ["post_ln_model", "pre_ln_model", "narrow_key_model"])
 @pytest.mark.parametrize("seed", [0, 1, 2])
 @torch.no_grad()
 def test_cached_logits_equal_uncached_at_every_step(which, seed, request):
@@ -140,7 +140,7 @@ def test_cache_select_follows_reordered_rows(pre_ln_model):
     assert_close(cached, full[:, 4:], **TOL)
 
 
-@pytest.mark.parametrize("which", ["post_ln_model", "pre_ln_model", "model"])
+@pytest.mark.parametrize("which", ["post_ln_model", "pre_ln_model", "model", "narrow_key_model"])
 def test_cached_greedy_equals_uncached_greedy(which, request):
     """Greedy decoding with the KV cache gives the same outputs as without it, sentence by sentence."""
     model = request.getfixturevalue(which)

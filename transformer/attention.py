@@ -87,26 +87,30 @@ def extend_cache(cache: dict[str, Tensor], k: Tensor, v: Tensor) -> tuple[Tensor
 class MultiHeadAttention(nn.Module):
     "h heads of scaled dot-product attention over learned projections, concatenated and projected (§3.2.2)."
 
-    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0):
+    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0, d_k: int | None = None):
         super().__init__()
         if d_model % n_heads:
             raise ValueError(f"d_model={d_model} must be divisible by n_heads={n_heads}")
-        self.d_model, self.n_heads, self.d_k = d_model, n_heads, d_model // n_heads
+        if d_k is not None and d_k < 1:
+            raise ValueError(f"d_k must be a positive integer, got {d_k}")
+        self.d_model, self.n_heads, self.d_v = d_model, n_heads, d_model // n_heads  # heads concatenate to d_model
+        self.d_k = d_k or self.d_v  # queries and keys may be narrower than values (Table 3, row B)
+        self.qk = n_heads * self.d_k  # width of all heads' queries (and of all their keys)
         self.dropout = check_dropout(dropout, "attention dropout")
-        self.in_proj = nn.Linear(d_model, 3 * d_model)  # [W^Q; W^K; W^V] stacked
+        self.in_proj = nn.Linear(d_model, 2 * self.qk + d_model)  # [W^Q; W^K; W^V] stacked
         self.out_proj = nn.Linear(d_model, d_model)     # W^O
         self.record = False                              # True: explicit path, keep weights in .weights
         self.weights: Tensor | None = None
 
     def split_heads(self, x: Tensor) -> Tensor:
-        "(B, T, d_model) → (B, h, T, d_k)."
+        "(B, T, h·d) → (B, h, T, d), for queries and keys (d = d_k) or values (d = d_v)."
         B, T, _ = x.shape
-        return x.view(B, T, self.n_heads, self.d_k).transpose(1, 2)
+        return x.view(B, T, self.n_heads, -1).transpose(1, 2)
 
     def project_kv(self, memory: Tensor) -> tuple[Tensor, Tensor]:
-        "Keys and values of `memory` (B, S, d_model), each (B, h, S, d_k)."
-        w, b = self.in_proj.weight[self.d_model:], self.in_proj.bias[self.d_model:]
-        k, v = F.linear(memory, w, b).chunk(2, dim=-1)  # one matmul for both
+        "Keys (B, h, S, d_k) and values (B, h, S, d_v) of `memory` (B, S, d_model)."
+        w, b = self.in_proj.weight[self.qk:], self.in_proj.bias[self.qk:]
+        k, v = F.linear(memory, w, b).split([self.qk, self.d_model], dim=-1)  # one matmul for both
         return self.split_heads(k), self.split_heads(v)
 
     def forward(self, x: Tensor, memory: Tensor | None = None, mask: Tensor | None = None,
@@ -115,12 +119,11 @@ class MultiHeadAttention(nn.Module):
         if x.dim() != 3 or x.size(-1) != self.d_model:
             raise ValueError(f"expected input of shape (batch, length, {self.d_model}), got {tuple(x.shape)}")
         if memory is None:
-            q, k, v = map(self.split_heads, self.in_proj(x).chunk(3, dim=-1))  # one matmul for all three
+            q, k, v = map(self.split_heads, self.in_proj(x).split([self.qk, self.qk, self.d_model], dim=-1))
             if cache is not None:  # incremental decoding: earlier positions' keys/values come from the cache
                 k, v = extend_cache(cache, k, v)
         else:
-            d = self.d_model
-            q = self.split_heads(F.linear(x, self.in_proj.weight[:d], self.in_proj.bias[:d]))
+            q = self.split_heads(F.linear(x, self.in_proj.weight[: self.qk], self.in_proj.bias[: self.qk]))
             if cache is not None and "k" in cache:  # the memory's keys/values are computed once per sentence
                 k, v = cache["k"], cache["v"]
             else:

@@ -28,6 +28,7 @@ class TransformerConfig:
     tgt_vocab_size: int = 37000  # target vocabulary; must equal the source one when embeddings are tied
     d_model: int = 512           # width of embeddings, of every sub-layer's output and of the residual stream
     n_heads: int = 8             # h attention heads, each of width d_k = d_v = d_model / h
+    d_k: int = 0                 # width of each head's queries and keys; 0: d_model / h (Table 3 (B) narrows it)
     n_encoder_layers: int = 6    # N identical encoder layers
     n_decoder_layers: int = 6    # N identical decoder layers
     d_ff: int = 2048             # hidden width of the position-wise feed-forward network
@@ -46,6 +47,8 @@ class TransformerConfig:
                      "n_decoder_layers", "d_ff", "max_len"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)!r}")
+        if not isinstance(self.d_k, int) or self.d_k < 0:
+            raise ValueError(f"d_k must be a non-negative integer (0: d_model / n_heads), got {self.d_k!r}")
         if self.d_model % self.n_heads:
             raise ValueError(f"d_model={self.d_model} must be divisible by n_heads={self.n_heads}")
         check_dropout(self.dropout)
@@ -87,7 +90,7 @@ class EncoderLayer(nn.Module):
 
     def __init__(self, cfg: TransformerConfig):
         super().__init__()
-        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout)
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout, cfg.d_k or None)
         self.feed_forward = PositionwiseFeedForward(cfg.d_model, cfg.d_ff)
         self.residual = nn.ModuleList(ResidualConnection(cfg.d_model, cfg.dropout, cfg.norm_first)
                                       for _ in range(2))
@@ -103,8 +106,8 @@ class DecoderLayer(nn.Module):
 
     def __init__(self, cfg: TransformerConfig):
         super().__init__()
-        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout)
-        self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout)
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout, cfg.d_k or None)
+        self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout, cfg.d_k or None)
         self.feed_forward = PositionwiseFeedForward(cfg.d_model, cfg.d_ff)
         self.residual = nn.ModuleList(ResidualConnection(cfg.d_model, cfg.dropout, cfg.norm_first)
                                       for _ in range(3))
