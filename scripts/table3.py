@@ -1,0 +1,117 @@
+"""Table 3 of the paper (model variations) at small scale: every row trains the `small` preset on Multi30k De→En
+with one change, for the same number of steps, and writes results/table3/ROW.json.
+
+    python scripts/table3.py [--steps 800] [--rows base A1 ...] [--runs runs/table3]
+
+Resumable: a row whose JSON exists is skipped, a row whose run was interrupted continues from its last checkpoint.
+Rows run one at a time, in the order below (hours on 2 CPU cores: run it in the background with nohup).
+"""
+
+import argparse
+import csv
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from transformer.checkpoint import latest_checkpoint, load_model_dir
+from transformer.distributed import RUN_CLI
+from transformer.model import count_parameters
+from transformer.training import machine_description
+from transformer.translation import git_commit
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "results" / "table3"
+
+# row → (Table 3 group, what changes, [model] overrides, [train] overrides); the base row is the `small` preset:
+# d_model 256, 4 heads (d_k = d_v = 64), d_ff 1024, 3 + 3 layers, dropout 0.1, label smoothing 0.1, sinusoids
+ROWS = {
+    "base": ("base", "small preset", {}, {}),
+    "A1": ("A", "h = 1, d_k = d_v = 256", {"n_heads": 1}, {}),
+    "A2": ("A", "h = 2, d_k = d_v = 128", {"n_heads": 2}, {}),
+    "A8": ("A", "h = 8, d_k = d_v = 32", {"n_heads": 8}, {}),
+    "A16": ("A", "h = 16, d_k = d_v = 16", {"n_heads": 16}, {}),
+    "B16": ("B", "d_k = 16 (h = 4, d_v = 64)", {"d_k": 16}, {}),
+    "B32": ("B", "d_k = 32 (h = 4, d_v = 64)", {"d_k": 32}, {}),
+    "C-N2": ("C", "N = 2 layers", {"n_encoder_layers": 2, "n_decoder_layers": 2}, {}),
+    "C-N4": ("C", "N = 4 layers", {"n_encoder_layers": 4, "n_decoder_layers": 4}, {}),
+    "C-N6": ("C", "N = 6 layers", {"n_encoder_layers": 6, "n_decoder_layers": 6}, {}),
+    "C-d128": ("C", "d_model = 128, d_ff = 512", {"d_model": 128, "d_ff": 512}, {}),
+    "C-d512": ("C", "d_model = 512, d_ff = 2048", {"d_model": 512, "d_ff": 2048}, {}),
+    "C-ff512": ("C", "d_ff = 512", {"d_ff": 512}, {}),
+    "C-ff2048": ("C", "d_ff = 2048", {"d_ff": 2048}, {}),
+    "D-drop0": ("D", "P_drop = 0.0", {"dropout": 0.0}, {}),
+    "D-drop0.3": ("D", "P_drop = 0.3", {"dropout": 0.3}, {}),
+    "D-ls0": ("D", "ε_ls = 0.0", {}, {"label_smoothing": 0.0}),
+    "D-ls0.2": ("D", "ε_ls = 0.2", {}, {"label_smoothing": 0.2}),
+    "E": ("E", "learned positional embedding", {"positional": "learned"}, {}),
+}
+
+
+def config_text(model: dict, train: dict, steps: int, warmup: int, lr_factor: float) -> str:
+    "The TOML run configuration of a row."
+    lines = ['preset = "small"', "[model]", *(f"{k} = {json.dumps(v)}" for k, v in model.items()), "[train]",
+             "max_tokens = 2048", f"max_steps = {steps}", f"warmup = {warmup}", f"lr_factor = {lr_factor}",
+             f"eval_every = {steps // 4}",
+             "keep_last = 1", "bf16 = false", *(f"{k} = {json.dumps(v)}" for k, v in train.items()),
+             "[data]", "vocab_size = 8000"]
+    return "\n".join(lines) + "\n"
+
+
+def cli(*args: str) -> str:
+    "Run the command line; its standard output (its errors end this script)."
+    done = subprocess.run([sys.executable, *RUN_CLI, *args], capture_output=True, text=True)
+    if done.returncode:
+        raise SystemExit(f"transformer {' '.join(args)} failed:\n{done.stderr}")
+    return done.stdout
+
+
+def run_row(name: str, runs: Path, steps: int, warmup: int, lr_factor: float) -> dict:
+    "Train (or finish training) one row and score it; the row's result."
+    group, change, model, train = ROWS[name]
+    out = runs / name
+    out.mkdir(parents=True, exist_ok=True)
+    config = out / "row.toml"
+    config.write_text(config_text(model, train, steps, warmup, lr_factor))
+    start = time.time()
+    cli("train", "--config", str(config), "--out", str(out), "--device", "cpu", "--quiet",
+        *(["--resume"] if latest_checkpoint(out) else []))
+    checkpoint = latest_checkpoint(out)
+    with open(out / "metrics.csv") as f:
+        last = list(csv.DictReader(f))[-1]
+    scores = {}
+    for split, beam in (("val", 1), ("test2016", 1), ("test2016", 4)):
+        line = cli("evaluate", "--model", str(checkpoint), "--split", split, "--beam", str(beam), "--device", "cpu")
+        scores[f"{split}_bleu_beam{beam}"] = float(line.split()[2])
+    return {"row": name, "group": group, "change": change, "model": model, "train": train, "steps": int(last["step"]),
+            "parameters": count_parameters(load_model_dir(checkpoint)),
+            "train_minutes": round(float(last["train_minutes"]), 1), "valid_loss": float(last["valid_loss"]),
+            "valid_ppl": float(last["valid_ppl"]), **scores, "wall_minutes": round((time.time() - start) / 60, 1),
+            "commit": git_commit(), "machine": machine_description(),
+            "command": f"python scripts/table3.py --steps {steps} --warmup {warmup} --lr-factor {lr_factor} "
+                       f"--rows {name}"}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=800, help="optimizer steps per row (the same for every row)")
+    parser.add_argument("--warmup", type=int, default=300)
+    parser.add_argument("--lr-factor", type=float, default=0.6, help="peak rate 0.0022 for the base row")
+    parser.add_argument("--rows", nargs="+", choices=list(ROWS), default=list(ROWS))
+    parser.add_argument("--runs", default=str(ROOT / "runs" / "table3"), help="where the rows' runs go")
+    args = parser.parse_args()
+    OUT.mkdir(parents=True, exist_ok=True)
+    for name in args.rows:
+        path = OUT / f"{name}.json"
+        if path.is_file():
+            continue
+        result = run_row(name, Path(args.runs), args.steps, args.warmup, args.lr_factor)
+        path.write_text(json.dumps(result, indent=1) + "\n")
+        print(f"{name}: {result['change']}: valid ppl {result['valid_ppl']:.2f}, "
+              f"test2016 BLEU {result['test2016_bleu_beam1']:.1f} greedy, {result['test2016_bleu_beam4']:.1f} beam 4, "
+              f"{result['train_minutes']:.0f} train minutes", flush=True)
+
+
+if __name__ == "__main__":
+    main()
