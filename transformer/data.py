@@ -4,8 +4,8 @@
 
 # %% auto #0
 __all__ = ['MULTI30K_URL', 'MULTI30K_SPLITS', 'MULTI30K_SHA256', 'DATA_DIR_ENV', 'SPECIAL_TOKENS', 'DataError', 'sha256',
-           'cache_dir', 'check_file', 'multi30k_file', 'read_lines', 'load_split', 'read_text_lines', 'read_parallel',
-           'train_bpe', 'check_tokenizer', 'encode_pairs']
+           'cache_dir', 'check_file', 'multi30k_file', 'download_checked', 'read_lines', 'load_split',
+           'read_text_lines', 'read_parallel', 'train_bpe', 'check_tokenizer', 'encode_pairs']
 
 # %% ../nbs/07_data.ipynb #6f58bb52
 import gzip
@@ -88,22 +88,27 @@ def multi30k_file(name: str, data_dir: str | Path | None = None, url: str = MULT
     data_dir = data_dir or os.environ.get(DATA_DIR_ENV)
     if data_dir:
         return check_file(Path(data_dir) / name)
-    path = cache_dir() / name
+    return check_file(download_checked(f"{url}/{name}", cache_dir() / name, MULTI30K_SHA256[name],
+                                       f"--data-dir or {DATA_DIR_ENV}"))
+
+
+def download_checked(url: str, path: Path, digest: str, local: str) -> Path:
+    "`path`, downloaded from `url` the first time and checked against its SHA-256; `local`: how to point at a copy."
     if not path.is_file():
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".part-{os.getpid()}")
         try:
-            urllib.request.urlretrieve(f"{url}/{name}", tmp)
+            urllib.request.urlretrieve(url, tmp)
         except OSError as e:
             tmp.unlink(missing_ok=True)
-            raise DataError(f"could not download {url}/{name} ({e}); download it by hand and pass --data-dir") from None
-        if (digest := sha256(tmp)) != MULTI30K_SHA256[name]:  # checked before it takes the final name
+            raise DataError(f"could not download {url} ({e}); download it by hand and give its folder with {local}"
+                            ) from None
+        if (got := sha256(tmp)) != digest:
             tmp.unlink()
-            raise DataError(f"the downloaded {name} has SHA-256 {digest[:12]}…, "
-                            f"expected {MULTI30K_SHA256[name][:12]}…: "
-                            "the download is corrupt or the repository changed; try again, or pass --data-dir")
+            raise DataError(f"the downloaded {path.name} has SHA-256 {got[:12]}…, expected {digest[:12]}…: "
+                            f"the download is corrupt or the repository changed; try again, or use {local}")
         os.replace(tmp, path)  # a failed or corrupt download never leaves a file under the final name
-    return check_file(path)
+    return path
 
 
 def read_lines(path: Path) -> list[str]:
