@@ -7,14 +7,14 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
 from transformer.checkpoint import load_model_dir, read_training_checkpoint
-from transformer.distributed import RUN_CLI, World, shard
-from transformer.translation import load_run_config
+from transformer.distributed import RUN_CLI, World, cause_first, shard
 
 from corpus import write_corpus
 
@@ -23,8 +23,9 @@ pytestmark = pytest.mark.skipif(not torch.distributed.is_available(), reason="to
 
 
 def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, *RUN_CLI, *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=300)
+    "The command line in a fresh interpreter, on the CPU (gloo) even where GPUs are present."
+    return subprocess.run([sys.executable, *RUN_CLI, *args, "--device", "cpu"], cwd=cwd, capture_output=True,
+                          text=True, timeout=300)
 
 
 def test_shards_cover_a_micro_batch_in_order():
@@ -95,7 +96,8 @@ def test_a_killed_process_ends_the_run_with_one_clear_error(tmp_path):
     config = write_corpus(tmp_path, dropout=0.1)
     err = open(tmp_path / "stderr.txt", "w")
     run = subprocess.Popen([sys.executable, *RUN_CLI, "train", "--config", str(config), "--out", "run",
-                            "--nproc", "2", "--max-steps", "100000", "--quiet"], cwd=tmp_path, stdout=err, stderr=err)
+                            "--nproc", "2", "--max-steps", "100000", "--quiet", "--device", "cpu"], cwd=tmp_path,
+                           stdout=err, stderr=err)
     latest = tmp_path / "run/checkpoints/latest"
     deadline = time.monotonic() + 120
     while not latest.is_file() and time.monotonic() < deadline and run.poll() is None:
@@ -126,4 +128,24 @@ def test_resume_with_another_number_of_processes_says_so(tmp_path):
                   cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     assert "resuming a run of 2 process(es) with 1" in resumed.stderr
-    assert load_run_config(config).train.max_steps == 4  # the config itself is untouched
+    assert (tmp_path / "run/checkpoints/latest").read_text().strip() == "step-0000004"
+
+
+def test_bad_settings_are_one_error_before_any_process_starts(tmp_path):
+    config = write_corpus(tmp_path)
+    (tmp_path / "train.en").unlink()
+    done = cli("train", "--config", str(config), "--out", "run", "--nproc", "2", cwd=tmp_path)
+    assert done.returncode == 2 and done.stderr.count("error") == 1 and "train.en not found" in done.stderr
+    done = cli("train", "--preset", "tiny", "--train-src", "x.de", "--out", "run", "--nproc", "2", cwd=tmp_path)
+    assert done.returncode == 2 and "train_src and train_tgt go together" in done.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_failed_process_is_named_not_the_ones_it_took_down():
+    """A process killed by a signal is the cause; the agent's SIGTERM or a lost connection (code 1) are effects."""
+    fake = lambda code, when: SimpleNamespace(  # noqa: E731
+        exitcode=code, timestamp=when, signal_name=lambda: {-9: "SIGKILL", -15: "SIGTERM"}.get(code, ""))
+    failures = {0: fake(1, 5), 1: fake(-9, 5), 2: fake(-15, 4)}
+    assert min(failures, key=lambda r: cause_first(failures[r])) == 1
+    failures = {0: fake(1, 3), 1: fake(2, 5)}  # a user error (exit code 2) explains a lost connection
+    assert min(failures, key=lambda r: cause_first(failures[r])) == 1

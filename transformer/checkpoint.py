@@ -108,9 +108,9 @@ def rng_tensors() -> dict[str, Tensor]:
 def set_rng(tensors: dict[str, Tensor]) -> None:
     "Inverse of `rng_tensors`."
     torch.set_rng_state(tensors["torch_cpu"])
-    cuda = [tensors[k] for k in sorted(tensors) if k.startswith("torch_cuda_")]
-    if cuda and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(cuda)
+    for i in range(torch.cuda.device_count() if torch.cuda.is_available() else 0):  # the GPUs this machine has
+        if f"torch_cuda_{i}" in tensors:
+            torch.cuda.set_rng_state(tensors[f"torch_cuda_{i}"], i)
 
 
 def latest_checkpoint(out_dir: str | Path) -> Path | None:

@@ -170,6 +170,7 @@ def train_bpe(sentences: Sequence[str], vocab_size: int) -> Tokenizer:
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, show_progress=False,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     tokenizer.train_from_iterator(sentences, trainer)
+    tokenizer.encode_special_tokens = True  # a literal "<s>" in a sentence is text, not the start symbol
     return tokenizer
 
 

@@ -5,9 +5,10 @@
 # %% auto #0
 __all__ = ['RUN_CLI', 'World', 'resolve_device', 'init_world', 'shard', 'BatchLoss', 'data_parallel', 'gradient_sync',
            'all_reduce_sum', 'broadcast_object', 'gather_objects', 'leave_world', 'barrier', 'rank_rng', 'my_rng',
-           'RankFailedError', 'launch']
+           'RankFailedError', 'launch', 'cause_first']
 
 # %% ../nbs/04c_data_parallel.ipynb #e2460de3
+import inspect
 import os
 import sys
 from collections.abc import Sequence
@@ -19,6 +20,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch import Tensor, nn
+from torch.distributed.elastic.multiprocessing.api import SignalException
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 from torch.nn.parallel import DistributedDataParallel
@@ -57,8 +59,14 @@ def resolve_device(device: str, world: World = World()) -> torch.device:
     if resolved.type == "cuda":
         if not torch.cuda.is_available():
             raise ValueError(f"device {device!r} was asked for, but PyTorch sees no CUDA GPU here")
+        if world.size > 1 and resolved.index is not None:
+            raise ValueError(f"device {device!r} names one GPU for {world.size} processes: give 'cuda' (each process "
+                             "takes the GPU of its local rank) or 'cpu'")
+        if world.local_rank >= torch.cuda.device_count():
+            raise ValueError(f"process {world.local_rank} of this machine has no GPU of its own: there are "
+                             f"{torch.cuda.device_count()}; start at most that many processes, or use --device cpu")
         if resolved.index is None:
-            resolved = torch.device("cuda", world.local_rank % torch.cuda.device_count())
+            resolved = torch.device("cuda", world.local_rank)
     return resolved
 
 
@@ -93,8 +101,11 @@ def data_parallel(module: nn.Module, world: World, device: torch.device) -> nn.M
     "`module` wrapped in DistributedDataParallel when several processes share the run (itself otherwise)."
     if world.size == 1:
         return module
-    return DistributedDataParallel(module, device_ids=[device.index] if device.type == "cuda" else None,
-                                   forward_sync_buffers=False)  # the only buffers, the positional tables, never change
+    ids = [device.index] if device.type == "cuda" else None
+    # the only buffers, the positional tables, never change: no need to send them at every forward
+    if "forward_sync_buffers" in inspect.signature(DistributedDataParallel).parameters:  # torch ≥ 2.13
+        return DistributedDataParallel(module, device_ids=ids, forward_sync_buffers=False)
+    return DistributedDataParallel(module, device_ids=ids, broadcast_buffers=False)
 
 
 def gradient_sync(module: nn.Module, sync: bool) -> AbstractContextManager:
@@ -165,14 +176,23 @@ def launch(nproc: int, argv: Sequence[str]) -> None:
     "Run the command line with `argv` as `nproc` processes of this machine under torchrun's agent."
     if nproc < 2:
         raise ValueError(f"--nproc must be at least 2 to launch several processes, got {nproc}")
-    # as torchrun does: the cores are shared out, instead of every process spinning a thread per core
+    # the cores are shared out (torchrun itself sets one thread per process), so processes do not fight over them
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc)))
     config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=nproc, run_id=f"transformer-{os.getpid()}",
                           rdzv_backend="c10d", rdzv_endpoint="localhost:0", max_restarts=0, monitor_interval=0.2)
     try:
         elastic_launch(config, sys.executable)(*RUN_CLI, *argv)
     except ChildFailedError as e:
-        rank, failure = e.get_first_failure()
+        rank, failure = min(e.failures.items(), key=lambda item: cause_first(item[1]))
         how = (f"was killed by {failure.signal_name()}" if failure.exitcode < 0
                else f"exited with code {failure.exitcode}")
         raise RankFailedError(f"process {rank} of {nproc} {how}, so the others were stopped") from None
+    except SignalException:  # Ctrl-C or a kill of the launcher: the agent has stopped the processes
+        raise KeyboardInterrupt from None
+
+
+def cause_first(failure: Any) -> tuple[int, float]:
+    "Sort key of a failed process: killed by a signal (not the agent's SIGTERM) first, then a user error, then others."
+    if failure.exitcode < 0 and failure.signal_name() != "SIGTERM":
+        return 0, failure.timestamp
+    return (1 if failure.exitcode == 2 else 2), failure.timestamp

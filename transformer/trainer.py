@@ -112,6 +112,8 @@ class Trainer:
         self.train_pairs, self.valid_pairs = train_pairs, valid_pairs
         self.out_dir = None if out_dir is None else Path(out_dir)
         self.progress = {True: "auto", False: "off"}.get(progress, progress)  # auto, bar, lines or off
+        if self.progress not in ("auto", "bar", "lines", "off"):  # checked on every rank, before any collective
+            raise ValueError(f"progress must be True, False, auto, bar, lines or off, got {progress!r}")
         self.on_eval, self.extra_files = on_eval, [Path(f) for f in extra_files]
         self.stop_when = stop_when  # asked after every validation: True ends training early
         self.sampler = TokenBatchSampler([(len(x) + 1, len(y) + 1) for x, y in train_pairs], cfg.max_tokens,
@@ -169,12 +171,14 @@ class Trainer:
                 with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
                     loss, _ = self.loss_fn(batch.src, batch.tgt_in, batch.tgt_out, batch.target_rows)
                 (loss * weight).backward()
-            total += loss.detach() * bool(mine)
+            if mine:
+                total += loss.detach()
         started = self._step_start if self._step_start is not None else time.perf_counter()
-        time_up = self.world.is_main and self.out_of_time(time.perf_counter() - started)
+        stats = torch.zeros(2, device=self.device)  # (loss summed over this rank's tokens, rank 0's clock says stop)
+        stats[0] = total
+        stats[1] = float(self.world.is_main and self.out_of_time(time.perf_counter() - started))
         # the one host synchronisation of a step: the whole batch's loss (and rank 0's clock) on every rank
-        total, time_up = all_reduce_sum(torch.stack([total, torch.tensor(float(time_up), device=self.device)]),
-                                        self.world).tolist()
+        total, time_up = all_reduce_sum(stats, self.world).tolist()
         if not math.isfinite(total):
             self.optimizer.zero_grad(set_to_none=True)  # drop this step's gradients
             raise NonFiniteLossError(
@@ -197,7 +201,7 @@ class Trainer:
         "Train until `max_steps`, `max_minutes` or `stop_when`, validating and checkpointing; returns the metrics."
         self.model.train()
         stream = self.micro_batches()
-        self.time_up = self.out_of_time()  # the same on every rank: train_seconds comes from the same checkpoint
+        self.time_up = broadcast_object(self.out_of_time(), self.world)  # rank 0's clock decides
         progress = Progress(self.cfg, self.step, self.train_seconds, self.progress if self.world.is_main else "off")
         while self.step < self.cfg.max_steps and not self.time_up:
             self._step_start = time.perf_counter()
@@ -228,11 +232,11 @@ class Trainer:
 
     def validate_and_save(self) -> dict[str, float]:
         "Record train/validation metrics for this step (plus `on_eval`'s), and write a checkpoint (rank 0 only)."
-        rng = rank_rng(gather_objects(rng_tensors(), self.world))  # every rank's generators, for the checkpoint
         if not self.world.is_main:
             self.metrics.append({"step": self.step})  # rank 0 keeps the real rows
             self._since_eval = [0.0, 0]
-            barrier(self.world)  # while rank 0 validates and writes
+            gather_objects(rng_tensors(), self.world)  # waits while rank 0 validates; sends it this rank's generators
+            barrier(self.world)  # while rank 0 writes
             return self.metrics[-1]
         loss, tokens = self._since_eval
         row = {"step": self.step, "epoch": self.epoch + self.position / max(1, len(self.sampler.batches(self.epoch))),
@@ -247,6 +251,7 @@ class Trainer:
         self.metrics.append(row)
         self._since_eval = [0.0, 0]
         self.model.train()
+        rng = rank_rng(gather_objects(rng_tensors(), self.world))  # after validation, as an uninterrupted run goes on
         if self.out_dir is not None:
             self.save_checkpoint(rng)
             self.write_metrics()

@@ -59,8 +59,10 @@ class Batch:
         return int((self.tgt_out != self.pad_id).sum())
 
     def to(self, device: torch.device | str) -> "Batch":
-        return Batch(*(t.to(device) for t in (self.src, self.tgt_in, self.tgt_out)), self.pad_id,
-                     self.target_rows.to(device))
+        "The batch on `device`; to a GPU from pinned memory, asynchronously (the host does not wait for the copy)."
+        gpu = torch.device(device).type == "cuda"
+        move = lambda t: t.pin_memory().to(device, non_blocking=True) if gpu else t.to(device)  # noqa: E731
+        return Batch(*map(move, (self.src, self.tgt_in, self.tgt_out)), self.pad_id, move(self.target_rows))
 
 
 def pad_sequences(seqs: Sequence[Sequence[int]], pad_id: int) -> Tensor:

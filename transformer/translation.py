@@ -121,6 +121,7 @@ def load_translator(folder: str | Path, device: str = "cpu") -> tuple[Transforme
         tokenizer = Tokenizer.from_file(str(tokenizer_path))
     except Exception as e:  # the tokenizers library raises its own exception type on malformed files
         raise CheckpointError(f"{tokenizer_path} is not a valid tokenizer: {e}") from None
+    tokenizer.encode_special_tokens = True  # as in training (the flag is not saved in tokenizer.json)
     check_tokenizer(tokenizer, model.cfg)
     return model, tokenizer
 
@@ -186,8 +187,9 @@ def train_run(run: RunConfig, out: str | Path, data_dir: str | Path | None = Non
             tokenizer.save(str(tmp))
             os.replace(tmp, tokenizer_path)
         barrier(world)  # the other processes read the tokenizer rank 0 wrote
-        return train_tokenized(run, out, Tokenizer.from_file(str(tokenizer_path)), train_text, valid_text, counts,
-                               resume, progress, device, world)
+        tokenizer = Tokenizer.from_file(str(tokenizer_path))
+        tokenizer.encode_special_tokens = True  # as `train_bpe` sets it (the flag is not saved in tokenizer.json)
+        return train_tokenized(run, out, tokenizer, train_text, valid_text, counts, resume, progress, device, world)
     finally:
         leave_world(world)
 
