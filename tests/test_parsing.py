@@ -1,0 +1,89 @@
+"""§6.3's pieces: trees read, cleaned and linearized losslessly; EVALB-rule F1 on hand-made trees with known
+precision and recall; any decoder output repaired into a tree; bad input (malformed trees, no treebank) refused."""
+
+import random
+import zipfile
+
+import pytest
+
+from transformer.parsing import (PTB_DIR_ENV, Vocab, clean, delinearize, evalb, linearize, parse_trees, repair,
+                                 treebank_splits, TreeError, words_and_tags)
+
+GOLD = "( (S (NP-SBJ (DT The) (JJ old) (NN man)) (VP (VBD gave) (NP (PRP her)) (NP (DT a) (NN book))) (. .)) )"
+
+
+def tree(text: str):
+    return clean(parse_trees(text)[0])
+
+
+def test_linearization_round_trip():
+    t = tree(GOLD)
+    words = [w for w, _ in words_and_tags(t)]
+    assert words == ["The", "old", "man", "gave", "her", "a", "book", "."]
+    lin = linearize(t)
+    assert lin[:3] == ["(S", "(NP", "XX"] and lin.count("XX") == 8 and lin[-1] == ")S"
+    assert linearize(delinearize(lin, words)) == lin
+
+
+def test_cleaning_removes_traces_and_function_tags():
+    t = tree("( (S (NP-SBJ-1 (NNP John)) (VP (VBD left) (NP (-NONE- *T*-1))) (-LRB- -LRB-)) )")
+    assert t == ("S", [("NP", [("NNP", ["John"])]), ("VP", [("VBD", ["left"])]), ("-LRB-", ["-LRB-"])])
+
+
+@pytest.mark.parametrize("test, precision, recall", [
+    (GOLD, 100.0, 100.0),
+    # one bracket wrong (NP over "her a book" instead of two NPs): test has S NP VP NP, gold S NP VP NP NP
+    ("(S (NP (DT The) (JJ old) (NN man)) (VP (VBD gave) (NP (PRP her) (DT a) (NN book))) (. .))", 75.0, 60.0),
+    # flat: only S matches
+    ("(S (DT The) (JJ old) (NN man) (VBD gave) (PRP her) (DT a) (NN book) (. .))", 100.0, 20.0),
+    # the full stop attached elsewhere changes nothing (punctuation is not counted)
+    ("(S (NP (DT The) (JJ old) (NN man)) (VP (VBD gave) (NP (PRP her)) (NP (DT a) (NN book)) (. .)))", 100.0, 100.0),
+])
+def test_f1_on_known_cases(test, precision, recall):
+    scores = evalb([tree(GOLD)], [tree(test)])
+    assert scores["precision"] == pytest.approx(precision) and scores["recall"] == pytest.approx(recall)
+    assert scores["f1"] == pytest.approx(2 * precision * recall / (precision + recall))
+
+
+def test_prt_counts_as_advp_and_sentences_must_align():
+    gold = tree("(S (NP (PRP He)) (VP (VBD gave) (PRT (RP up))))")
+    assert evalb([gold], [tree("(S (NP (PRP He)) (VP (VBD gave) (ADVP (RB up))))")])["f1"] == 100.0
+    with pytest.raises(ValueError, match="1 gold trees but 2 test trees"):
+        evalb([gold], [gold, gold])
+    with pytest.raises(ValueError, match="the tree has 2 words, the gold tree 3"):
+        evalb([gold], [tree("(S (NP (PRP He)) (VP (VBD gave)))")])
+
+
+def test_repair_makes_any_output_a_tree():
+    rng = random.Random(0)
+    vocab = ["(S", ")S", "(NP", ")NP", "(VP", ")VP", "XX", "<unk>"]
+    for _ in range(500):
+        tokens, n = [rng.choice(vocab) for _ in range(rng.randint(0, 30))], rng.randint(1, 12)
+        fixed = repair(tokens, n)
+        assert fixed.count("XX") == n
+        assert linearize(delinearize(fixed, ["w"] * n)) == fixed  # one closed, well-formed tree
+    good = linearize(tree(GOLD))
+    assert repair(good, 8) == good
+
+
+@pytest.mark.parametrize("text, message", [
+    ("(S (NP (DT The))", "left open"), ("(S (NP (DT The))))", "closes nothing"), ("(S (NP) (VP (V x)))", "empty"),
+    ("x (S (NP (DT a)))", "outside any bracket")])
+def test_malformed_tree_is_one_clear_error(text, message):
+    with pytest.raises(TreeError, match=message):
+        parse_trees(text)
+
+
+def test_missing_or_empty_treebank_is_one_clear_error(tmp_path, monkeypatch):
+    monkeypatch.setenv(PTB_DIR_ENV, str(tmp_path))
+    with pytest.raises(TreeError, match="no treebank.zip in"):
+        treebank_splits()
+    with zipfile.ZipFile(tmp_path / "treebank.zip", "w") as z:
+        z.writestr("treebank/README", "nothing parsed here")
+    with pytest.raises(TreeError, match="SHA-256"):  # not the sample: refused before it is read
+        treebank_splits()
+
+
+def test_vocab_maps_rare_tokens_to_unk():
+    v = Vocab([["a", "b", "a"]], min_count=2)
+    assert v.encode(["a", "b", "zzz"]) == [4, 3, 3] and v.decode([0, 1, 2, 4]) == ["<pad>", "<s>", "</s>", "a"]
