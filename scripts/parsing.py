@@ -51,8 +51,9 @@ def main() -> None:
     metrics = trainer.fit()
     model = trainer.model.eval()
     gold = splits["test"]
-    scores = {f"beam{k}": evalb(gold, parse(model, words, labels, sentences(gold), beam_size=k)) for k in (1, 4)}
-    best = parse(model, words, labels, sentences(gold[:5]), beam_size=4)
+    parsed = {k: parse(model, words, labels, sentences(gold), beam_size=k) for k in (1, 4)}
+    scores = {f"beam{k}": evalb(gold, trees) for k, trees in parsed.items()}
+    best = parsed[4][:5]  # the examples are among the trees that were scored
     result = {"sentences": {k: len(v) for k, v in splits.items()}, "train_pairs_used": len(train),
               "vocab": {"words": len(words), "labels": len(labels)},
               "model": cfg.to_dict(), "parameters": count_parameters(model), "train": asdict(train_cfg),

@@ -141,7 +141,7 @@ def count_flops(layer: nn.Module, n: int, d_model: int) -> int:
             run(x).sum().backward()
     finally:
         if explicit:
-            layer.attn.record = False
+            layer.attn.record, layer.attn.weights = False, None  # back to the fused path, nothing kept
     return counter.get_total_flops()
 
 # %% ../nbs/03b_why_self_attention.ipynb #0c8e858c

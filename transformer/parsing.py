@@ -112,6 +112,8 @@ def linearize(tree: Tree) -> list[str]:
 
 def delinearize(tokens: Sequence[str], words: Sequence[str]) -> Tree:
     "The tree of a well-formed linearization, its XX leaves filled with `words` in order (tag 'XX')."
+    if list(tokens).count("XX") != len(words):
+        raise TreeError(f"the linearization has {list(tokens).count('XX')} XX leaves for {len(words)} words")
     stack: list[Tree] = [("", [])]
     leaves = iter(words)
     for tok in tokens:
