@@ -4,7 +4,8 @@
 
 # %% auto #0
 __all__ = ['LANGUAGES', 'COMMANDS', 'add_decoding_args', 'build_parser', 'without_nproc', 'launch_train', 'run_config',
-           'cmd_train', 'read_sentences', 'check_decoding_args', 'cmd_translate', 'cmd_evaluate', 'cmd_average', 'main']
+           'cmd_train', 'read_sentences', 'check_decoding_args', 'cmd_translate', 'cmd_evaluate', 'cmd_average',
+           'cmd_generate', 'main']
 
 # %% ../nbs/08_cli.ipynb #71609bbb
 import argparse
@@ -86,6 +87,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ref", help="reference translations, one per line")
     p.add_argument("--output", help="also write the translations to this file")
     p.add_argument("--report", help="write the run's report files (summary.json, samples, attention) here")
+
+    p = sub.add_parser("generate", help="sample text from a decoder-only model, e.g. a language model (chapter 9e)")
+    p.add_argument("--model", required=True, help="a decoder-only model folder")
+    p.add_argument("--prompt", default="", help="text to continue (default: none, a sentence from its start)")
+    p.add_argument("--source", default="", help="a source sentence, for a model trained to translate")
+    p.add_argument("-n", "--samples", type=int, default=1, help="how many continuations (default 1)")
+    p.add_argument("--max-new-tokens", type=int, default=40, help="tokens to add at most (default 40)")
+    p.add_argument("--greedy", action="store_true", help="the most likely token at every step, no sampling")
+    p.add_argument("--temperature", type=float, default=1.0, help="> 1 flattens, < 1 sharpens (default 1)")
+    p.add_argument("--top-k", type=int, default=0, help="sample among the k likeliest tokens (default 0: all)")
+    p.add_argument("--top-p", type=float, default=1.0,
+                   help="nucleus sampling: among the likeliest tokens that reach this probability (default 1: all)")
+    p.add_argument("--seed", type=int, default=0, help="the same seed gives the same samples (default 0)")
+    p.add_argument("--device", default="auto", help="auto (CUDA if present, else CPU), cpu, cuda or cuda:N")
 
     p = sub.add_parser("average", help="average checkpoints into a new model folder")
     p.add_argument("--out", required=True, help="the new model folder")
@@ -223,7 +238,23 @@ def cmd_average(args: argparse.Namespace) -> None:
     print(f"averaged {len(folders)} checkpoints ({', '.join(f.name for f in folders)}) into {out}")
 
 
-COMMANDS = {"train": cmd_train, "translate": cmd_translate, "evaluate": cmd_evaluate, "average": cmd_average}
+def cmd_generate(args: argparse.Namespace) -> None:
+    from .decoder_only import check_sampling, generate  # the model of chapter 9e
+
+    check_sampling(args.temperature, args.top_k, args.top_p)
+    model, tokenizer = load_translator(args.model, resolve_device(args.device))
+    if model.cfg.kind != "decoder-only":
+        raise ValueError(f"{args.model} holds an encoder-decoder model; generate needs a decoder-only one "
+                         "(translate with this one)")
+    prompt = tokenizer.encode(args.prompt).ids
+    source = tokenizer.encode(args.source).ids if args.source else ()
+    for ids in generate(model, prompt, args.samples, args.max_new_tokens, args.greedy, args.temperature,
+                        args.top_k, args.top_p, args.seed, source):
+        print(tokenizer.decode([*prompt, *ids]))
+
+
+COMMANDS = {"train": cmd_train, "translate": cmd_translate, "evaluate": cmd_evaluate, "generate": cmd_generate,
+            "average": cmd_average}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

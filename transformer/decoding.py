@@ -22,13 +22,14 @@ from .checkpoint import CheckpointError, load_model_dir, read_config, save_model
 
 # %% ../nbs/05_decoding.ipynb #a9d514b9
 def output_limits(src: Tensor, model: Transformer, max_extra: int) -> Tensor:
-    "Per sentence, the most tokens the output may have (</s> included): source length + `max_extra`, capped."
+    "Most output tokens per sentence (</s> included): source length + `max_extra`, within the model's context."
     if max_extra < 1:
         raise ValueError(f"max_extra must be at least 1, got {max_extra}")
     if src.dim() != 2 or src.size(1) == 0:
         raise ValueError(f"source ids must have shape (batch, length) with length ≥ 1, got {tuple(src.shape)}")
     lengths = (src != model.cfg.pad_id).sum(-1)
-    return (lengths + max_extra).clamp(max=model.cfg.max_len)
+    room = model.cfg.max_len - (lengths if model.cfg.kind == "decoder-only" else 0)
+    return torch.minimum(lengths + max_extra, torch.as_tensor(room))
 
 
 def restrict_logits_(logits: Tensor, model: Transformer, force_end: Tensor) -> Tensor:

@@ -246,7 +246,9 @@ def label_smoothed_loss(logits: Tensor, target: Tensor, smoothing: float,
 
 # %% ../nbs/04_training.ipynb #bf1429af
 def batch_loss(model: Transformer, batch: Batch, smoothing: float) -> tuple[Tensor, Tensor]:
-    "Summed label-smoothed loss and NLL over the real target tokens of `batch`."
+    "Summed label-smoothed loss and NLL over the real target tokens of `batch` (a model may define its own)."
+    if hasattr(model, "batch_loss"):  # the decoder-only model of a later chapter, which can also learn its prompts
+        return model.batch_loss(batch, smoothing)
     src_mask = batch.src_mask
     hidden = model.decode(batch.tgt_in, model.encode(batch.src, src_mask), src_mask, batch.tgt_mask)
     rows = batch.target_rows  # (N,): index_select needs no device sync, unlike a boolean mask

@@ -23,11 +23,11 @@ from sacrebleu.metrics import BLEU
 from tokenizers import Tokenizer
 
 from . import __version__
-from .checkpoint import CheckpointError, latest_checkpoint, load_model_dir, write_atomically
+from .checkpoint import CheckpointError, latest_checkpoint, load_model_dir, model_classes, write_atomically
 from .data import check_tokenizer, encode_pairs, load_split, read_parallel, train_bpe
 from .decoding import translate_ids
 from .distributed import World, barrier, init_world, leave_world, resolve_device
-from .model import PRESETS, Transformer, TransformerConfig, record_attention
+from .model import Transformer, TransformerConfig, record_attention
 from .trainer import TrainConfig, Trainer
 from .training import machine_description, make_batch
 
@@ -38,10 +38,10 @@ DATA_KEYS = ("vocab_size", "src_lang", "tgt_lang", "train_src", "train_tgt", "va
 
 @dataclass(frozen=True)
 class RunConfig:
-    "What a translation run needs beyond the data: model preset and overrides, training and data settings."
+    "What a training run needs beyond the data: model kind, preset and overrides, training and data settings."
 
-    preset: str = "small"                             # a key of transformer.model.PRESETS
-    model: dict = field(default_factory=dict)         # TransformerConfig fields to override
+    preset: str = "small"                             # a key of the kind's presets (transformer.model.PRESETS)
+    model: dict = field(default_factory=dict)         # fields of the kind's configuration to override
     train: TrainConfig = field(default_factory=lambda: TrainConfig(bf16="auto"))  # bf16 where it is faster
     vocab_size: int = 8000                            # size of the shared BPE vocabulary
     src_lang: str = "de"                              # Multi30k language codes: de, en, fr, cs
@@ -50,26 +50,36 @@ class RunConfig:
     train_tgt: str = ""
     valid_src: str = ""                               # optional validation files of the same kind
     valid_tgt: str = ""
+    kind: str = "encoder-decoder"                     # or "decoder-only" (chapter 9e)
+    task: str = "translation"                         # or "language-model": the target side alone, no source
 
     def model_config(self, vocab_size: int) -> TransformerConfig:
         "The model's configuration for a tokenizer of `vocab_size` tokens."
-        return TransformerConfig.preset(self.preset, **self.model, src_vocab_size=vocab_size, tgt_vocab_size=vocab_size)
+        config_class, _ = model_classes(self.kind)
+        sizes = (dict(vocab_size=vocab_size) if self.kind == "decoder-only"
+                 else dict(src_vocab_size=vocab_size, tgt_vocab_size=vocab_size))
+        return config_class.preset(self.preset, **self.model, **sizes)
 
     def to_dict(self) -> dict:
-        return {"preset": self.preset, "model": self.model, "train": asdict(self.train),
-                "data": {k: getattr(self, k) for k in DATA_KEYS}}
+        return {"kind": self.kind, "task": self.task, "preset": self.preset, "model": self.model,
+                "train": asdict(self.train), "data": {k: getattr(self, k) for k in DATA_KEYS}}
 
 
 def parse_run_config(d: dict, source: str = "the configuration") -> RunConfig:
     "A `RunConfig` from a TOML-shaped dict; every unknown key or bad value is a `ValueError` naming it."
-    unknown = set(d) - {"preset", "model", "train", "data"}
+    unknown = set(d) - {"preset", "model", "train", "data", "kind", "task"}
     if unknown:
         raise ValueError(f"unknown key(s) in {source}: {', '.join(sorted(unknown))}")
+    kind, task = d.get("kind", "encoder-decoder"), d.get("task", "translation")
+    if kind not in ("encoder-decoder", "decoder-only"):
+        raise ValueError(f"{source}: kind must be 'encoder-decoder' or 'decoder-only', got {kind!r}")
+    if task not in ("translation", "language-model"):
+        raise ValueError(f"{source}: task must be 'translation' or 'language-model', got {task!r}")
+    if task == "language-model" and kind != "decoder-only":
+        raise ValueError(f"{source}: a language model needs kind = 'decoder-only'")
     preset = d.get("preset", "small")
-    if preset not in PRESETS:
-        raise ValueError(f"unknown preset {preset!r} in {source}; choose one of {', '.join(PRESETS)}")
     model = dict(d.get("model", {}))
-    model_keys = {f.name for f in fields(TransformerConfig)} - {"src_vocab_size", "tgt_vocab_size"}
+    model_keys = {f.name for f in fields(model_classes(kind)[0])} - {"src_vocab_size", "tgt_vocab_size", "vocab_size"}
     if bad := set(model) - model_keys:
         raise ValueError(f"unknown key(s) in [model] of {source}: {', '.join(sorted(bad))}")
     data = dict(d.get("data", {}))
@@ -82,7 +92,7 @@ def parse_run_config(d: dict, source: str = "the configuration") -> RunConfig:
         raise ValueError(f"{source}: valid_src/valid_tgt need train_src/train_tgt (Multi30k brings its own)")
     try:
         train = TrainConfig.from_dict({"bf16": "auto", **d.get("train", {})})
-        run = RunConfig(preset, model, train, **data)
+        run = RunConfig(preset, model, train, **data, kind=kind, task=task)
         if not isinstance(run.vocab_size, int) or run.vocab_size < 16:
             raise ValueError(f"vocab_size must be an integer of at least 16, got {run.vocab_size!r}")
         run.model_config(run.vocab_size)  # validates the model section
@@ -199,7 +209,12 @@ def train_tokenized(run: RunConfig, out: Path, tokenizer: Tokenizer, train_text:
     "The rest of `train_run`, on every process: encode, build the model and the `Trainer`, and train."
     cfg = run.model_config(tokenizer.get_vocab_size())
     check_tokenizer(tokenizer, cfg)
-    fits = lambda p: max(len(p[0]), len(p[1])) + 1 <= cfg.max_len  # noqa: E731 (+ </s> or <s>)
+    if run.task == "language-model":  # the target sentences alone, each after an empty prompt
+        train_text, valid_text = [("", t) for _, t in train_text], [("", t) for _, t in valid_text]
+    if cfg.kind == "decoder-only":  # source </s> <s> target in one context
+        fits = lambda p: len(p[0]) + len(p[1]) + 2 <= cfg.max_len  # noqa: E731
+    else:
+        fits = lambda p: max(len(p[0]), len(p[1])) + 1 <= cfg.max_len  # noqa: E731 (+ </s> or <s>)
     train_ids = [p for p in encode_pairs(tokenizer, train_text) if fits(p)]
     encoded_valid = encode_pairs(tokenizer, valid_text)
     valid_ids = [p for p in encoded_valid if fits(p)]
@@ -213,8 +228,9 @@ def train_tokenized(run: RunConfig, out: Path, tokenizer: Tokenizer, train_text:
         return {"valid_bleu": bleu(hyps, references)[0]}
 
     torch.manual_seed(run.train.seed)
-    trainer = Trainer(Transformer(cfg), run.train, train_ids, valid_ids, out_dir=out, device=device,
-                      progress=progress, on_eval=valid_bleu if valid_ids else None,
+    translating = valid_ids and run.task == "translation"
+    trainer = Trainer(model_classes(run.kind)[1](cfg), run.train, train_ids, valid_ids, out_dir=out, device=device,
+                      progress=progress, on_eval=valid_bleu if translating else None,
                       extra_files=[out / "tokenizer.json"], world=world)
     if world.is_main and progress not in (False, "off"):
         for side, c in counts.items():
