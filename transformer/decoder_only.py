@@ -16,7 +16,8 @@ from torch import Tensor, nn
 
 from .attention import padding_mask, subsequent_mask
 from .decoding import restrict_logits_, strip_specials
-from .layers import Embeddings, LearnedPositionalEncoding, SinusoidalPositionalEncoding, check_tokens
+from .layers import (Embeddings, LearnedPositionalEncoding, SinusoidalPositionalEncoding, check_length,
+                                check_tokens)
 from .model import EncoderLayer, KVCache, TransformerConfig, init_parameters
 from .training import Batch, label_smoothed_loss
 
@@ -107,6 +108,7 @@ class DecoderOnly(nn.Module):
     def read(self, prompt: Tensor, tgt: Tensor, cache: KVCache | None = None) -> Tensor:
         "Hidden states (B, S + T, d_model) of right-padded prompts (B, S) each followed by its continuation (B, T)."
         cfg, S, T = self.cfg, prompt.size(1), tgt.size(1)
+        check_length(S + T, cfg.max_len)         # every row's last position is below S + T
         keys = padding_mask(prompt, cfg.pad_id)  # (B, 1, 1, S): real prompt tokens
         starts = keys.sum(-1).flatten()          # (B,): a continuation's positions go on from its prompt's last token
         x = torch.cat([self.pos(self.embed(prompt)), self.pos(self.embed(tgt), starts)], dim=1)  # (B, S + T, d)
@@ -125,6 +127,7 @@ class DecoderOnly(nn.Module):
         if cache is None or len(cache) == 0:  # the prompt first, in the same pass
             return self.read(memory.repeat_interleave(G, 0), tgt, cache)[:, S:]
         done = len(cache) - S                 # continuation tokens already in the cache
+        check_length(S + done + T, self.cfg.max_len)
         keys = padding_mask(memory, self.cfg.pad_id).repeat_interleave(G, 0)  # (B, 1, 1, S)
         mask = torch.cat([keys, keys.new_ones(tgt.size(0), 1, 1, done + T)], -1)  # (B, 1, 1, S + done + T)
         if T > 1:  # new tokens also see each other causally
