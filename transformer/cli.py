@@ -4,8 +4,8 @@
 
 # %% auto #0
 __all__ = ['LANGUAGES', 'COMMANDS', 'add_decoding_args', 'build_parser', 'without_nproc', 'launch_train', 'run_config',
-           'cmd_train', 'read_sentences', 'check_decoding_args', 'cmd_translate', 'cmd_evaluate', 'cmd_average',
-           'cmd_generate', 'main']
+           'cmd_train', 'read_sentences', 'check_decoding_args', 'cmd_translate', 'cmd_evaluate', 'cmd_tune',
+           'cmd_average', 'cmd_generate', 'main']
 
 # %% ../nbs/08_cli.ipynb #71609bbb
 import argparse
@@ -20,12 +20,14 @@ import torch.distributed as dist
 
 from . import __version__
 from .checkpoint import CheckpointError, latest_checkpoint
-from .data import MULTI30K_SPLITS, DataError, load_split, read_text_lines
+from .data import DataError, load_split
 from .decoding import save_average
 from .distributed import RankFailedError, World, launch, resolve_device
+from .evaluation import (
+    TEST_SPLITS, decoding_settings, evaluate_splits, file_pairs, save_decoding, tune_decoding, write_report)
 from .model import PRESETS
 from .translation import (
-    RunConfig, bleu, load_run_config, load_translator, parse_run_config, train_run, translate_text, write_report)
+    RunConfig, load_run_config, load_translator, parse_run_config, train_run, translate_text)
 
 
 # %% ../nbs/08_cli.ipynb #089e21c6
@@ -35,8 +37,9 @@ LANGUAGES = ["de", "en", "fr", "cs"]  # the languages of Multi30k
 def add_decoding_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True, help="a model folder: a checkpoint or an average")
     p.add_argument("--device", default="auto", help="auto (CUDA if present, else CPU), cpu, cuda or cuda:N")
-    p.add_argument("--beam", type=int, default=4, help="beam size; 1 decodes greedily (default 4, §6.1)")
-    p.add_argument("--alpha", type=float, default=0.6, help="length penalty (default 0.6, §6.1)")
+    p.add_argument("--beam", type=int, help="beam size; 1 decodes greedily (default: the model's tuned setting, "
+                   "else 4 as in §6.1)")
+    p.add_argument("--alpha", type=float, help="length penalty (default: the model's tuned setting, else 0.6)")
     p.add_argument("--batch-size", type=int, default=64, help="sentences decoded together (default 64)")
 
 
@@ -59,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="bfloat16 autocast; auto: on where the hardware has it and a probe finds it faster "
                         "(default: the config's setting, else auto)")
     p.add_argument("--keep-last", type=int, help="checkpoints to keep")
+    p.add_argument("--seed", type=int, help="initialisation, batch order and dropout (default: the config's, else 0)")
     p.add_argument("--max-steps", type=int, help="optimizer steps")
     p.add_argument("--max-minutes", type=float, help="training time budget in minutes")
     p.add_argument("--device", default="auto", help="auto (CUDA if present, else CPU), cpu, cuda or cuda:N")
@@ -80,13 +84,27 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("evaluate", help="sacreBLEU of a model on a Multi30k split or on files")
     add_decoding_args(p)
-    p.add_argument("--split", choices=[s for s in MULTI30K_SPLITS if s != "train"],
-                   help="a Multi30k split: val or a test set (test2016, test2017, mscoco2017, test2018)")
+    p.add_argument("--split", nargs="+", choices=["val", *TEST_SPLITS],
+                   help="Multi30k splits: val or test sets (test2016, test2017, mscoco2017, test2018); the first is "
+                        "the one the report details")
+    p.add_argument("--skip-missing", action="store_true",
+                   help="score only the splits whose files the local data folder has, and name the others")
     p.add_argument("--data-dir", help="folder with the Multi30k .gz files")
     p.add_argument("--src", help="source sentences, one per line (with --ref instead of --split)")
     p.add_argument("--ref", help="reference translations, one per line")
     p.add_argument("--output", help="also write the translations to this file")
     p.add_argument("--report", help="write the run's report files (summary.json, samples, attention) here")
+
+    p = sub.add_parser("tune", help="choose beam size and α on validation data; stored with the model")
+    p.add_argument("--model", required=True, help="a model folder: a checkpoint or an average")
+    p.add_argument("--split", choices=["val"], help="Multi30k's validation split (a test set is never tuned on)")
+    p.add_argument("--data-dir", help="folder with the Multi30k .gz files")
+    p.add_argument("--src", help="your own validation source sentences, one per line (with --ref)")
+    p.add_argument("--ref", help="their reference translations, one per line")
+    p.add_argument("--beam", type=int, nargs="+", default=[4], help="beam sizes to try (default 4)")
+    p.add_argument("--alpha", type=float, nargs="+", default=[0.6], help="length penalties to try (default 0.6)")
+    p.add_argument("--batch-size", type=int, default=64, help="sentences decoded together (default 64)")
+    p.add_argument("--device", default="auto", help="auto (CUDA if present, else CPU), cpu, cuda or cuda:N")
 
     p = sub.add_parser("generate", help="sample text from a decoder-only model, e.g. a language model (chapter 9e)")
     p.add_argument("--model", required=True, help="a decoder-only model folder")
@@ -139,7 +157,7 @@ def run_config(args: argparse.Namespace) -> RunConfig:
     "The run's configuration: the config file (or the preset) with the command line's settings over it."
     run = load_run_config(args.config) if args.config else RunConfig(preset=args.preset or "small")
     bf16 = {"auto": "auto", "on": True, "off": False, None: None}[args.bf16]
-    overrides = {k: v for k, v in (("bf16", bf16), ("keep_last", args.keep_last),
+    overrides = {k: v for k, v in (("bf16", bf16), ("keep_last", args.keep_last), ("seed", args.seed),
                                    ("max_steps", args.max_steps), ("max_minutes", args.max_minutes)) if v is not None}
     data = {k: getattr(args, k) for k in ("src_lang", "tgt_lang", "train_src", "train_tgt", "valid_src", "valid_tgt")
             if getattr(args, k) is not None}
@@ -180,9 +198,10 @@ def read_sentences(args: argparse.Namespace) -> list[str]:
 
 
 def check_decoding_args(args: argparse.Namespace) -> None:
-    if args.beam < 1:
+    beams, alphas = (b if isinstance(b, list) else [b] for b in (args.beam, args.alpha))
+    if any(b is not None and b < 1 for b in beams):
         raise ValueError(f"--beam must be at least 1, got {args.beam}")
-    if args.alpha < 0:
+    if any(a is not None and a < 0 for a in alphas):
         raise ValueError(f"--alpha must not be negative, got {args.alpha}")
     if args.batch_size < 1:
         raise ValueError(f"--batch-size must be at least 1, got {args.batch_size}")
@@ -191,8 +210,9 @@ def check_decoding_args(args: argparse.Namespace) -> None:
 def cmd_translate(args: argparse.Namespace) -> None:
     check_decoding_args(args)
     sentences = read_sentences(args)
+    decoding = decoding_settings(args.model, args.beam, args.alpha)
     model, tokenizer = load_translator(args.model, resolve_device(args.device))
-    for line in translate_text(model, tokenizer, sentences, args.beam, args.alpha, args.batch_size):
+    for line in translate_text(model, tokenizer, sentences, decoding["beam"], decoding["alpha"], args.batch_size):
         print(line)
 
 
@@ -200,24 +220,33 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
     check_decoding_args(args)
     if bool(args.split) == bool(args.src or args.ref):
         raise ValueError("give either --split, or --src and --ref")
-    if args.split:
-        pairs = load_split(args.split, args.data_dir)
-    else:
-        if not (args.src and args.ref):
-            raise ValueError("--src and --ref go together")
-        src, ref = read_text_lines(args.src), read_text_lines(args.ref)
-        if len(src) != len(ref):
-            raise DataError(f"{args.src} has {len(src):,} lines but {args.ref} has {len(ref):,}")
-        pairs = list(zip(src, ref))
-    model, tokenizer = load_translator(args.model, resolve_device(args.device))
-    hyps = translate_text(model, tokenizer, [s for s, _ in pairs], args.beam, args.alpha, args.batch_size)
-    score, line, signature = bleu(hyps, [r for _, r in pairs])
+    decoding = decoding_settings(args.model, args.beam, args.alpha)
+    named = {Path(args.src).name: file_pairs(args.src, args.ref)} if args.src or args.ref else None
+    results, missing = evaluate_splits(args.model, decoding, args.split or (), named, args.data_dir, args.skip_missing,
+                                       args.batch_size, resolve_device(args.device))
+    for split, reason in missing.items():
+        print(f"{split}: skipped, {reason}", file=sys.stderr)
     if args.output:
-        Path(args.output).write_text("\n".join(hyps) + "\n", encoding="utf-8")
+        Path(args.output).write_text("\n".join(next(iter(results.values()))["hypotheses"]) + "\n", encoding="utf-8")
     if args.report:
-        write_report(Path(args.model), Path(args.report), pairs, hyps, score, signature, args.beam, args.alpha)
-    print(line)
-    print(signature)
+        write_report(Path(args.model), Path(args.report), results, decoding)
+    for split, r in results.items():
+        print(f"{split}: {r['line']}" if len(results) > 1 else r["line"])
+    print(next(iter(results.values()))["signature"])
+
+
+def cmd_tune(args: argparse.Namespace) -> None:
+    check_decoding_args(args)
+    if bool(args.split) == bool(args.src or args.ref):
+        raise ValueError("give either --split val, or --src and --ref (validation data, never a test set)")
+    pairs = file_pairs(args.src, args.ref) if args.src or args.ref else load_split(args.split, args.data_dir)
+    model, tokenizer = load_translator(args.model, resolve_device(args.device))
+    tuned = tune_decoding(model, tokenizer, pairs, args.beam, args.alpha, args.batch_size)
+    path = save_decoding(args.model, tuned, args.split or Path(args.src).name)
+    for row in tuned["grid"]:
+        print(f"beam {row['beam']}, alpha {row['alpha']}: BLEU {row['bleu']:.2f}")
+    best = tuned["best"]
+    print(f"best: beam {best['beam']}, alpha {best['alpha']} (BLEU {best['bleu']:.2f}); written to {path}")
 
 
 def cmd_average(args: argparse.Namespace) -> None:
@@ -253,8 +282,8 @@ def cmd_generate(args: argparse.Namespace) -> None:
         print(tokenizer.decode([*prompt, *ids]))
 
 
-COMMANDS = {"train": cmd_train, "translate": cmd_translate, "evaluate": cmd_evaluate, "generate": cmd_generate,
-            "average": cmd_average}
+COMMANDS = {"train": cmd_train, "translate": cmd_translate, "evaluate": cmd_evaluate, "tune": cmd_tune,
+            "generate": cmd_generate, "average": cmd_average}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

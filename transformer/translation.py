@@ -4,13 +4,11 @@
 
 # %% auto #0
 __all__ = ['DATA_KEYS', 'RunConfig', 'parse_run_config', 'load_run_config', 'load_translator', 'translate_text', 'bleu',
-           'git_commit', 'load_corpus', 'train_run', 'train_tokenized', 'attention_maps', 'write_report']
+           'git_commit', 'load_corpus', 'train_run', 'train_tokenized']
 
 # %% ../nbs/07b_translation.ipynb #4feacc84
-import csv
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tomllib
@@ -23,13 +21,13 @@ from sacrebleu.metrics import BLEU
 from tokenizers import Tokenizer
 
 from . import __version__
-from .checkpoint import CheckpointError, latest_checkpoint, load_model_dir, model_classes, write_atomically
+from .checkpoint import CheckpointError, load_model_dir, model_classes
 from .data import check_tokenizer, encode_pairs, load_split, read_parallel, train_bpe
 from .decoding import translate_ids
 from .distributed import World, barrier, init_world, leave_world, resolve_device
-from .model import Transformer, TransformerConfig, record_attention
+from .model import Transformer, TransformerConfig
 from .trainer import TrainConfig, Trainer
-from .training import machine_description, make_batch
+from .training import machine_description
 
 
 # %% ../nbs/07b_translation.ipynb #59e171af
@@ -246,64 +244,3 @@ def train_tokenized(run: RunConfig, out: Path, tokenizer: Tokenizer, train_text:
         record = {**run.to_dict(), "precision": trainer.precision, "corpus": counts, "provenance": provenance}
         (out / "run.json").write_text(json.dumps(record, indent=2))
     return trainer.fit()
-
-# %% ../nbs/07b_translation.ipynb #907ac93d
-def attention_maps(model: Transformer, tokenizer: Tokenizer, source: str, beam_size: int = 4) -> dict:
-    "Translate `source`, then record every attention layer on (source, translation): tokens and weights per layer."
-    src_ids = tokenizer.encode(source).ids
-    out_ids = translate_ids(model, [src_ids], beam_size=beam_size)[0]
-    batch = make_batch([(src_ids, out_ids)], model.cfg)
-    with torch.no_grad(), record_attention(model) as maps:
-        model(batch.src, batch.tgt_in)
-    specials = {model.cfg.pad_id, model.cfg.bos_id, model.cfg.eos_id}
-    def pieces(ids: list[int]) -> list[str]:
-        return [tokenizer.id_to_token(i) if i in specials else tokenizer.decode([i]) for i in ids]
-
-    return {"source": source, "translation": tokenizer.decode(out_ids),
-            "source_tokens": pieces(batch.src[0].tolist()), "target_tokens": pieces(batch.tgt_in[0].tolist()),
-            "layers": {name: w[0].round(decimals=4).tolist() for name, w in maps.items()}}  # (h, T_q, T_k) each
-
-
-def write_report(model_dir: Path, report_dir: Path, pairs: Sequence[tuple[str, str]], hypotheses: Sequence[str],
-                 score: float, signature: str, beam_size: int, alpha: float) -> Path:
-    "Write summary.json, samples.csv, attention.json (and the run's metrics.csv and config.json) into `report_dir`."
-    model, tokenizer = load_translator(model_dir)
-    averaged = json.loads((model_dir / "averaged.json").read_text()) if (model_dir / "averaged.json").is_file() else []
-    origin = Path(averaged[0]) if averaged else model_dir  # an average comes from its checkpoints' run
-    run_dir = next((p for p in (origin, *origin.parents) if (p / "run.json").is_file()), None)
-    checkpoint = run_dir and latest_checkpoint(run_dir)
-    state = json.loads((checkpoint / "trainer.json").read_text()) if checkpoint else {}
-    trained = json.loads((run_dir / "run.json").read_text())["provenance"] if run_dir else {}
-    sources, references = [s for s, _ in pairs], [r for _, r in pairs]
-    variants = [{"model": f"average of {len(averaged)} checkpoints" if averaged else model_dir.name,
-                 "beam": beam_size, "bleu": round(score, 2)},
-                {"model": model_dir.name if not averaged else f"average of {len(averaged)} checkpoints", "beam": 1,
-                 "bleu": round(bleu(translate_text(model, tokenizer, sources, 1), references)[0], 2)}]
-    if averaged and checkpoint:  # what averaging adds over the last checkpoint alone
-        last, _ = load_translator(checkpoint)
-        variants.append({"model": f"last checkpoint ({checkpoint.name})", "beam": beam_size,
-                         "bleu": round(bleu(translate_text(last, tokenizer, sources, beam_size, alpha),
-                                            references)[0], 2)})
-    summary = {"test2016_sacrebleu": round(score, 2), "sacrebleu_signature": signature, "beam_size": beam_size,
-               "alpha": alpha, "averaged_checkpoints": [Path(p).name for p in averaged],
-               "train_minutes": round(state.get("train_seconds", 0) / 60, 1), "train_steps": state.get("step"),
-               "epochs": state.get("epoch"),
-               "tokens_per_s": round(state.get("tokens_seen", 0) / max(state.get("train_seconds", 0), 1e-9)),
-               "parameters": sum(p.numel() for p in model.parameters()),
-               "commit": trained.get("commit", "unknown"), "machine": trained.get("machine", "unknown"),
-               "evaluated_at_commit": git_commit(), "evaluated_on": machine_description(), "variants": variants}
-
-    def write(tmp: Path) -> None:
-        (tmp / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-        with open(tmp / "samples.csv", "w", newline="") as f:
-            writer = csv.writer(f)
-            writer.writerow(["source", "reference", "translation"])
-            writer.writerows((s, r, h) for (s, r), h in zip(pairs[:20], hypotheses[:20]))
-        short = min(range(len(pairs)), key=lambda i: abs(len(pairs[i][0].split()) - 8))  # a typical, short sentence
-        (tmp / "attention.json").write_text(json.dumps(attention_maps(model, tokenizer, pairs[short][0], beam_size)))
-        if run_dir is not None:
-            shutil.copy(run_dir / "run.json", tmp / "config.json")
-            if (run_dir / "metrics.csv").is_file():
-                shutil.copy(run_dir / "metrics.csv", tmp / "metrics.csv")
-
-    return write_atomically(Path(report_dir), write)

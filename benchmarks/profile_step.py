@@ -1,0 +1,104 @@
+"""Where a training step's time goes: PyTorch's profiler over float32 training steps of our model (the `small`
+preset on token-bucketed Multi30k batches, as `train_throughput.py` times them), each operator's own time summed
+into kinds (matrix products, fused attention, loss, layer norm, dropout, other element-wise work, data movement,
+optimizer), and the step's fraction of the machine's matrix-multiplication peak measured in the same run.
+
+    python benchmarks/profile_step.py --steps 8     # writes benchmarks/results/profile_step-small-cpu.json
+
+The profiler adds a little time of its own to every operator; the fraction of peak is therefore measured on
+steps timed without it, right after the profiled ones.
+"""
+
+import argparse
+import time
+from collections import defaultdict
+
+import torch
+from torch.profiler import ProfilerActivity, profile, record_function
+
+from common import bucketed_batches, matmul_peak_gflops, multi30k_ids, write_result
+from train_throughput import Ours, step_flops, train_step
+from transformer.model import TransformerConfig
+from transformer.training import make_optimizer
+
+# operator name (aten::…) → kind; the first matching rule wins, anything else is "other"
+KINDS = [
+    ("matrix products", ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul")),
+    ("fused attention", ("scaled_dot_product", "flash_attention")),
+    ("loss (log-softmax, smoothing)", ("log_softmax", "softmax", "gather", "scatter", "nll", "logsumexp")),
+    ("layer norm", ("layer_norm",)),
+    ("dropout", ("dropout", "bernoulli")),
+    ("optimizer (Adam)", ("_fused_adam", "_foreach", "addcdiv", "addcmul", "lerp", "sqrt")),
+    ("element-wise (add, ReLU, scale)", ("aten::add", "aten::mul", "aten::div", "relu", "threshold", "aten::sub",
+                                         "aten::neg", "aten::exp", "aten::sum", "aten::mean", "aten::fill_",
+                                         "aten::zero_")),
+    ("data movement (copies, gathers, transposes)", ("copy", "clone", "contiguous", "cat", "index", "embedding",
+                                                     "to_copy", "empty", "view", "transpose", "reshape")),
+]
+
+
+def kind_of(name: str) -> str:
+    "The kind of an operator, by the first rule of KINDS whose pattern its name contains."
+    return next((kind for kind, patterns in KINDS if any(p in name for p in patterns)), "other")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--preset", default="small")
+    parser.add_argument("--steps", type=int, default=8, help="profiled steps (after 2 warm-up), then as many timed")
+    parser.add_argument("--max-tokens", type=int, default=2048)
+    args = parser.parse_args()
+
+    tokenizer, train, _ = multi30k_ids()
+    V = tokenizer.get_vocab_size()
+    cfg = TransformerConfig.preset(args.preset, src_vocab_size=V, tgt_vocab_size=V)
+    batches = bucketed_batches(train, cfg, args.max_tokens, args.steps + 2)
+    torch.manual_seed(0)
+    impl = Ours(cfg).train()
+    optimizer = make_optimizer(impl, cfg.d_model, 4000)[0]
+    flops = sum(step_flops(impl, b) for b in batches[2:])
+    for batch in batches[:2]:
+        train_step(impl, optimizer, batch, False)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for batch in batches[2:]:
+            with record_function("step"):
+                train_step(impl, optimizer, batch, False)
+    start = time.perf_counter()
+    for batch in batches[2:]:  # the same steps again, without the profiler, for the fraction of peak
+        train_step(impl, optimizer, batch, False)
+    seconds = time.perf_counter() - start
+    peak = matmul_peak_gflops(torch.float32)
+
+    own = defaultdict(float)  # kind → self CPU time (µs) over the profiled steps
+    ops = []
+    for event in prof.key_averages():
+        if event.key == "step":
+            continue
+        own[kind_of(event.key)] += event.self_cpu_time_total
+        ops.append((event.key, event.self_cpu_time_total, event.count))
+    total = sum(own.values())
+    steps = len(batches) - 2
+    kinds = sorted(({"kind": k, "ms_per_step": round(v / 1e3 / steps, 2), "fraction": round(v / total, 4)}
+                    for k, v in own.items()), key=lambda r: -r["fraction"])
+    top = [{"operator": name, "kind": kind_of(name), "ms_per_step": round(t / 1e3 / steps, 2),
+            "calls_per_step": round(n / steps, 1), "fraction": round(t / total, 4)}
+           for name, t, n in sorted(ops, key=lambda o: -o[1])[:20]]
+    fraction = flops / seconds / 1e9 / peak
+    tokens = sum(b.n_tgt_tokens for b in batches[2:])
+    print(f"{'kind':46}{'ms/step':>9}{'share':>8}")
+    for r in kinds:
+        print(f"{r['kind']:46}{r['ms_per_step']:>9.1f}{r['fraction']:>8.1%}")
+    print(f"\nunprofiled: {seconds / steps * 1e3:.0f} ms/step, {tokens / seconds:,.0f} target tokens/s, "
+          f"{flops / seconds / 1e9:.1f} GFLOP/s of matrix products = {fraction:.1%} of the measured peak "
+          f"({peak:.1f} GFLOP/s)")
+    path = write_result("profile_step", {
+        "preset": args.preset, "dtype": "float32", "max_tokens": args.max_tokens, "steps": steps,
+        "matmul_peak_gflops": peak, "step_ms": round(seconds / steps * 1e3, 1),
+        "target_tokens_per_s": round(tokens / seconds), "matmul_flops_per_step": round(flops / steps),
+        "kinds": kinds, "top_operators": top,
+        "ratios": {f"train_{args.preset}_float32_peak_fraction": round(fraction, 3)}}, tag=args.preset)
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
