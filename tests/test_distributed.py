@@ -122,8 +122,9 @@ def test_a_killed_process_ends_the_run_with_one_clear_error(tmp_path):
 def test_resume_with_another_number_of_processes_says_so(tmp_path):
     """A 2-process run resumed on 1 process goes on (the steps cover the same sentences) and says what differs."""
     config = write_corpus(tmp_path)
-    assert cli("train", "--config", str(config), "--out", "run", "--nproc", "2", "--max-steps", "2", "--quiet",
-               cwd=tmp_path).returncode == 0
+    first = cli("train", "--config", str(config), "--out", "run", "--nproc", "2", "--max-steps", "2", "--quiet",
+                cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
     resumed = cli("train", "--config", str(config), "--out", "run", "--max-steps", "4", "--resume", "--quiet",
                   cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr

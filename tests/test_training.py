@@ -709,6 +709,31 @@ def test_max_minutes_stops_training_early(tmp_path):
     assert json.loads((t.latest_checkpoint() / "trainer.json").read_text())["step"] == t.step
 
 
+def test_cooldown_takes_the_rate_linearly_to_zero_over_the_last_part_of_the_steps():
+    """cooldown 0.5 of 8 steps: the paper's rate for steps 1-4, then × 1 - used / 0.5 (the rate after step s is the one
+    step s + 1 uses, once s of the 8 steps are done)."""
+    t = new_trainer(TrainConfig(max_tokens=24, max_steps=8, warmup=3, eval_every=1, cooldown=0.5), make_pairs(20, 0))
+    rates = [row["lr"] for row in t.fit()]
+    assert rates == pytest.approx([noam_rate(s + 1, 32, 3) * min(1.0, (1 - s / 8) / 0.5) for s in range(1, 9)])
+    assert rates[3] == pytest.approx(noam_rate(5, 32, 3)) and rates[-1] == 0.0
+
+
+def test_cooldown_with_a_time_budget_follows_the_clock():
+    """With max_minutes, the used fraction is the clock's when it is ahead of the steps': half of the minutes spent
+    after 1 of 3 steps halves the rate at least (cooldown over the whole run)."""
+    t = new_trainer(TrainConfig(max_tokens=24, max_steps=3, max_minutes=1.0, warmup=3, eval_every=1, cooldown=1.0),
+                    make_pairs(20, 0))
+    t.train_seconds = 30.0  # half of the budget already spent
+    rates = [row["lr"] for row in t.fit()]
+    assert 0 < rates[0] <= 0.5 * noam_rate(2, 32, 3)
+    assert rates[0] < noam_rate(2, 32, 3) * (1 - 1 / 3)  # below what the steps alone would give
+
+
+def test_cooldown_outside_0_1_is_refused():
+    with pytest.raises(ValueError, match="cooldown must be a fraction"):
+        TrainConfig(cooldown=1.5)
+
+
 def test_metrics_rows():
     """Each evaluation row holds step, fractional epoch, train loss, the scheduled lr, time, and on_eval's values."""
     pairs = make_pairs(20, 0)  # 7 micro-batches an epoch at max_tokens 24

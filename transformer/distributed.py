@@ -4,8 +4,8 @@
 
 # %% auto #0
 __all__ = ['RUN_CLI', 'World', 'resolve_device', 'init_world', 'shard', 'BatchLoss', 'data_parallel', 'gradient_sync',
-           'all_reduce_sum', 'broadcast_object', 'gather_objects', 'leave_world', 'barrier', 'rank_rng', 'my_rng',
-           'RankFailedError', 'launch', 'cause_first']
+           'all_reduce_sum', 'broadcast_object', 'gather_objects', 'leave_world', 'wait_for_all', 'barrier', 'rank_rng',
+           'my_rng', 'RankFailedError', 'launch', 'cause_first']
 
 # %% ../nbs/04c_data_parallel.ipynb #e2460de3
 import inspect
@@ -140,10 +140,24 @@ def gather_objects(obj: Any, world: World) -> list[Any]:
     return out
 
 
-def leave_world(world: World) -> None:
-    "Leave the process group at the end of a run (nothing to do for one process)."
+def leave_world(world: World, finished: bool = True) -> None:
+    "Leave the process group (nothing to do for one process); after a finished run, only once every process is done."
     if world.size > 1 and dist.is_initialized():
+        if finished:
+            wait_for_all(world)
         dist.destroy_process_group()
+
+
+def wait_for_all(world: World) -> None:
+    "Wait on the launcher's store, not on gloo, until every process has arrived: none closes a connection still in use."
+    # a process that returns from the last collective first and closes its sockets can make a slower one's collective
+    # fail ("connection closed by peer"); the store is the launcher's, so it outlives every process
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
+                          timeout=timedelta(minutes=5))
+    key = f"transformer/finished/{os.environ.get('TORCHELASTIC_RUN_ID', '')}"
+    if store.add(key, 1) == world.size:
+        store.set(f"{key}/all", "1")
+    store.wait([f"{key}/all"])
 
 
 def barrier(world: World) -> None:

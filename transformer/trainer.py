@@ -27,8 +27,9 @@ from transformer.distributed import (
     BatchLoss, World, all_reduce_sum, barrier, broadcast_object, data_parallel, gather_objects, gradient_sync, my_rng,
     rank_rng, shard)
 from .model import Transformer
-from .training import (
-    Batch, TokenBatchSampler, TrainConfig, batch_loss, choose_bf16, evaluate, make_batch, make_optimizer)
+from transformer.training import (
+    Batch, TokenBatchSampler, TrainConfig, batch_loss, choose_bf16, cooldown_factor, evaluate, make_batch,
+    make_optimizer)
 
 
 # %% ../nbs/04d_trainer.ipynb #f92754b1
@@ -174,11 +175,14 @@ class Trainer:
             if mine:
                 total += loss.detach()
         started = self._step_start if self._step_start is not None else time.perf_counter()
-        stats = torch.zeros(2, device=self.device)  # (loss summed over this rank's tokens, rank 0's clock says stop)
+        # (loss summed over this rank's tokens; rank 0's clock: stop?, fraction of the budget used after this step)
+        stats = torch.zeros(3, device=self.device)
         stats[0] = total
-        stats[1] = float(self.world.is_main and self.out_of_time(time.perf_counter() - started))
+        if self.world.is_main:
+            stats[1] = float(self.out_of_time(time.perf_counter() - started))
+            stats[2] = self.budget_used(time.perf_counter() - started)
         # the one host synchronisation of a step: the whole batch's loss (and rank 0's clock) on every rank
-        total, time_up = all_reduce_sum(stats, self.world).tolist()
+        total, time_up, used = all_reduce_sum(stats, self.world).tolist()
         if not math.isfinite(total):
             self.optimizer.zero_grad(set_to_none=True)  # drop this step's gradients
             raise NonFiniteLossError(
@@ -189,6 +193,9 @@ class Trainer:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.clip_grad_norm)
         self.optimizer.step()
         self.scheduler.step()
+        if self.cfg.cooldown:  # the same factor on every rank: rank 0's clock decided it
+            for group, rate in zip(self.optimizer.param_groups, self.scheduler.get_last_lr()):
+                group["lr"] = rate * cooldown_factor(used, self.cfg.cooldown)
         self.optimizer.zero_grad(set_to_none=True)
         self.step += 1
         self.time_up = time_up > 0
@@ -225,6 +232,13 @@ class Trainer:
             progress.validated(self.validate_and_save())
         progress.close()
         return self.metrics
+
+    def budget_used(self, running: float = 0.0) -> float:
+        "The fraction of the budget spent after this step: of `max_minutes` where set, else of `max_steps`."
+        steps = (self.step + 1) / self.cfg.max_steps
+        if not self.cfg.max_minutes:
+            return steps
+        return max(steps, (self.train_seconds + running) / (60 * self.cfg.max_minutes))
 
     def out_of_time(self, running: float = 0.0) -> bool:
         "Whether the training time, plus `running` seconds of a step under way, has used up `max_minutes`."

@@ -4,8 +4,8 @@
 
 # %% auto #0
 __all__ = ['ISA_FLAGS', 'Batch', 'pad_sequences', 'make_batch', 'TokenBatchSampler', 'cpuinfo', 'cpu_isa', 'machine_description',
-           'native_bf16', 'best_seconds', 'choose_bf16', 'noam_rate', 'make_optimizer', 'SmoothedCrossEntropy',
-           'label_smoothed_loss', 'batch_loss', 'evaluate', 'TrainConfig']
+           'native_bf16', 'best_seconds', 'choose_bf16', 'noam_rate', 'make_optimizer', 'cooldown_factor',
+           'SmoothedCrossEntropy', 'label_smoothed_loss', 'batch_loss', 'evaluate', 'TrainConfig']
 
 # %% ../nbs/04_training.ipynb #48f0ee2a
 import math
@@ -210,6 +210,14 @@ def make_optimizer(model: torch.nn.Module, d_model: int, warmup: int, factor: fl
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda i: noam_rate(i + 1, d_model, warmup, factor))
     return optimizer, schedule
 
+# %% ../nbs/04_training.ipynb #fe72cc6e
+def cooldown_factor(used: float, cooldown: float) -> float:
+    "The schedule's multiplier once a fraction `used` of the budget is spent: 1, then linearly to 0 over `cooldown`."
+    if cooldown <= 0:
+        return 1.0
+    return min(1.0, max(0.0, (1.0 - used) / cooldown))
+
+
 # %% ../nbs/04_training.ipynb #48cf5bf5
 class SmoothedCrossEntropy(torch.autograd.Function):
     "Summed label-smoothed cross-entropy and NLL of logits (N, V) and targets (N,), with gradient p - q in one pass."
@@ -282,6 +290,7 @@ class TrainConfig:
     max_minutes: float = 0.0      # stop after this much training time (0: no limit); validation is not counted
     warmup: int = 4000            # steps of linear warmup in the learning-rate schedule (§5.3)
     lr_factor: float = 1.0        # multiplies the schedule; small models and batches tolerate more than 1
+    cooldown: float = 0.0         # last fraction of the budget over which the rate falls linearly to 0 (0: none)
     label_smoothing: float = 0.1  # ε_ls of §5.4
     clip_grad_norm: float = 0.0   # clip the gradient's global norm to this value (0: no clipping)
     bf16: bool | str = False      # bfloat16 autocast: True, False, or "auto" (on where native and measured faster)
@@ -296,6 +305,8 @@ class TrainConfig:
         for name in ("max_minutes", "lr_factor", "clip_grad_norm", "eval_every"):
             if not getattr(self, name) >= 0:  # also rejects NaN
                 raise ValueError(f"{name} must not be negative, got {getattr(self, name)!r}")
+        if not 0.0 <= self.cooldown <= 1.0:
+            raise ValueError(f"cooldown must be a fraction of the budget in [0, 1], got {self.cooldown}")
         if not 0.0 <= self.label_smoothing < 1.0:
             raise ValueError(f"label_smoothing must be in [0, 1), got {self.label_smoothing}")
         if not (isinstance(self.bf16, bool) or self.bf16 == "auto"):

@@ -187,6 +187,7 @@ def train_run(run: RunConfig, out: str | Path, data_dir: str | Path | None = Non
         raise ValueError(f"{out} already holds a run: pass --resume to continue it, or choose another --out")
     train_text, valid_text, counts = load_corpus(run, data_dir)
     init_world(world, device)
+    finished = False
     try:
         if world.is_main and not resume:  # the vocabulary is learned from the training pairs only, once
             tokenizer = train_bpe([s for pair in train_text for s in pair], run.vocab_size)
@@ -197,9 +198,11 @@ def train_run(run: RunConfig, out: str | Path, data_dir: str | Path | None = Non
         barrier(world)  # the other processes read the tokenizer rank 0 wrote
         tokenizer = Tokenizer.from_file(str(tokenizer_path))
         tokenizer.encode_special_tokens = True  # as `train_bpe` sets it (the flag is not saved in tokenizer.json)
-        return train_tokenized(run, out, tokenizer, train_text, valid_text, counts, resume, progress, device, world)
+        metrics = train_tokenized(run, out, tokenizer, train_text, valid_text, counts, resume, progress, device, world)
+        finished = True
+        return metrics
     finally:
-        leave_world(world)
+        leave_world(world, finished)  # after a failure, without waiting for processes that may be gone
 
 
 def train_tokenized(run: RunConfig, out: Path, tokenizer: Tokenizer, train_text: list, valid_text: list,
