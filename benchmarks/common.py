@@ -9,7 +9,8 @@ import torch
 import torch.nn.functional as F
 
 from transformer.data import encode_pairs, load_split, train_bpe
-from transformer.training import TokenBatchSampler, cpu_isa, machine_description, make_batch
+from transformer.hardware import cpu_isa, machine_description
+from transformer.training import TokenBatchSampler, make_batch
 from transformer.translation import git_commit
 
 RESULTS = Path(__file__).resolve().parent / "results"

@@ -26,7 +26,7 @@ from transformer.data import load_split
 from transformer.decoder_only import continuation_nll, distinct_ngrams, generate
 from transformer.distributed import RUN_CLI
 from transformer.model import count_parameters
-from transformer.training import machine_description
+from transformer.hardware import machine_description
 from transformer.translation import bleu, git_commit, load_translator, translate_text
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -18,7 +18,7 @@ from transformer.checkpoint import latest_checkpoint
 from transformer.model import Transformer, TransformerConfig, count_parameters
 from transformer.parsing import Vocab, evalb, linearize, parse, parsing_pairs, treebank_splits, words_and_tags
 from transformer.trainer import TrainConfig, Trainer
-from transformer.training import machine_description
+from transformer.hardware import machine_description
 from transformer.translation import git_commit
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 import torch
 
-import transformer.training as training
+import transformer.hardware as hardware
 from transformer.model import Transformer, TransformerConfig
 from transformer.trainer import TrainConfig, Trainer
-from transformer.training import ISA_FLAGS, choose_bf16, cpu_isa, machine_description, native_bf16
+from transformer.hardware import ISA_FLAGS, choose_bf16, cpu_isa, machine_description, native_bf16
 
 PAIRS = [([3, 4, 5], [5, 4, 3]), ([6, 7], [7, 6]), ([8, 9, 10], [10, 9, 8]), ([11, 12], [12, 11])] * 4
 
@@ -55,7 +55,7 @@ def test_explicit_bf16_never_probes(setting):
 
 def test_auto_without_native_bf16_stays_off_without_probing(monkeypatch):
     """Without bf16 hardware, 'auto' is off and says why, and never runs the (possibly very slow) bf16 step."""
-    monkeypatch.setattr(training, "native_bf16", lambda device: (False, "no bf16 here"))
+    monkeypatch.setattr(hardware, "native_bf16", lambda device: (False, "no bf16 here"))
     def step(bf16):
         raise AssertionError("probed")
     assert choose_bf16("auto", "cpu", step) == {"setting": "auto", "bf16": False, "reason": "no bf16 here"}
@@ -65,8 +65,8 @@ def test_auto_without_native_bf16_stays_off_without_probing(monkeypatch):
                                                      (1.0, 3.0, False)])
 def test_auto_with_native_bf16_follows_the_probe(monkeypatch, fp32_s, bf16_s, expected):
     """With bf16 hardware, 'auto' turns bf16 on only when the timed bf16 step is at least 1.1x as fast."""
-    monkeypatch.setattr(training, "native_bf16", lambda device: (True, "the CPU has AVX512-BF16"))
-    monkeypatch.setattr(training, "best_seconds", lambda fns: {"float32": fp32_s, "bf16": bf16_s})
+    monkeypatch.setattr(hardware, "native_bf16", lambda device: (True, "the CPU has AVX512-BF16"))
+    monkeypatch.setattr(hardware, "best_seconds", lambda fns: {"float32": fp32_s, "bf16": bf16_s})
     decision = choose_bf16("auto", "cpu", lambda bf16: None)
     assert decision["bf16"] is expected and decision["float32_step_s"] == fp32_s
     assert decision["reason"].startswith("the CPU has AVX512-BF16; the probe ran a bf16 step")
@@ -81,7 +81,7 @@ def test_best_seconds_times_each_function_after_a_warm_up():
         calls[name] += 1
         time.sleep(seconds)
 
-    best = training.best_seconds({"slow": lambda: run("slow", 0.02), "fast": lambda: run("fast", 0)}, repeats=2)
+    best = hardware.best_seconds({"slow": lambda: run("slow", 0.02), "fast": lambda: run("fast", 0)}, repeats=2)
     assert calls == {"slow": 3, "fast": 3}
     assert best["slow"] >= 0.02 and best["fast"] < best["slow"]
 
@@ -89,7 +89,7 @@ def test_best_seconds_times_each_function_after_a_warm_up():
 def test_trainer_probe_leaves_weights_gradients_and_generators_untouched(monkeypatch):
     """The Trainer's bf16 probe runs forward and backward (with dropout), yet weights, gradients and the random
     generator end as they would without it."""
-    monkeypatch.setattr(training, "native_bf16", lambda device: (True, "pretend"))
+    monkeypatch.setattr(hardware, "native_bf16", lambda device: (True, "pretend"))
     probed = tiny_trainer(TrainConfig(max_tokens=64, warmup=2, bf16="auto"))
     rng_probed = torch.get_rng_state()
     plain = tiny_trainer(TrainConfig(max_tokens=64, warmup=2, bf16=False))
@@ -112,13 +112,13 @@ def test_stop_when_ends_training_at_a_validation(tmp_path):
 
 def test_resume_keeps_the_precision_the_run_started_with(monkeypatch, tmp_path):
     """A run whose probe chose bf16 resumes in bf16 even where a new probe would say otherwise, and vice versa."""
-    monkeypatch.setattr(training, "native_bf16", lambda device: (True, "pretend"))
-    monkeypatch.setattr(training, "best_seconds", lambda fns: {"float32": 2.0, "bf16": 1.0})
+    monkeypatch.setattr(hardware, "native_bf16", lambda device: (True, "pretend"))
+    monkeypatch.setattr(hardware, "best_seconds", lambda fns: {"float32": 2.0, "bf16": 1.0})
     cfg = TrainConfig(max_tokens=64, max_steps=2, warmup=2, eval_every=2, bf16="auto")
     first = tiny_trainer(cfg, out_dir=tmp_path)
     first.fit()
     assert first.bf16 is True
-    monkeypatch.setattr(training, "best_seconds", lambda fns: {"float32": 1.0, "bf16": 2.0})
+    monkeypatch.setattr(hardware, "best_seconds", lambda fns: {"float32": 1.0, "bf16": 2.0})
     resumed = tiny_trainer(cfg, out_dir=tmp_path)
     assert resumed.bf16 is False  # what a new probe says ...
     resumed.resume()

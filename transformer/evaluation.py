@@ -22,7 +22,8 @@ from .checkpoint import CheckpointError, latest_checkpoint, write_atomically
 from .data import DATA_DIR_ENV, MULTI30K_SPLITS, MULTI30K_URL, DataError, load_split, read_text_lines
 from .decoding import translate_ids
 from .model import Transformer, record_attention
-from .training import machine_description, make_batch
+from .hardware import machine_description
+from .training import make_batch
 from .translation import bleu, git_commit, load_translator, translate_text
 
 # %% ../nbs/07c_evaluation.ipynb #d409885f

@@ -66,7 +66,8 @@ def recipe_row(folder: str | Path) -> dict:
     curve = curve_summary(read_metrics(folder / "metrics.csv"))
     scores = summary.get("sacrebleu") or {"test2016": summary["test2016_sacrebleu"]}
     return {"recipe": folder.name, "dropout": run["model"].get("dropout", 0.1),
-            "ε_ls": run["train"]["label_smoothing"], "bf16": run.get("precision", {}).get("bf16", False),
+            "ε_ls": run["train"]["label_smoothing"], "cooldown": run["train"].get("cooldown", 0.0),
+            "bf16": run.get("precision", {}).get("bf16", False),
             "tokens/s": summary["tokens_per_s"], "steps": summary["train_steps"], "epochs": round(summary["epochs"], 1),
             "best valid loss": curve["best_valid_loss"], "at epoch": round(curve["best_epoch"]),
             "last valid loss": curve["last_valid_loss"], "late slope": curve["last_third_slope_per_epoch"],

@@ -27,9 +27,9 @@ from transformer.distributed import (
     BatchLoss, World, all_reduce_sum, barrier, broadcast_object, data_parallel, gather_objects, gradient_sync, my_rng,
     rank_rng, shard)
 from .model import Transformer
-from transformer.training import (
-    Batch, TokenBatchSampler, TrainConfig, batch_loss, choose_bf16, cooldown_factor, evaluate, make_batch,
-    make_optimizer)
+from .training import (
+    Batch, TokenBatchSampler, TrainConfig, batch_loss, cooldown_factor, evaluate, make_batch, make_optimizer)
+from .hardware import choose_bf16
 
 
 # %% ../nbs/04d_trainer.ipynb #f92754b1

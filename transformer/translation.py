@@ -27,7 +27,7 @@ from .decoding import translate_ids
 from .distributed import World, barrier, init_world, leave_world, resolve_device
 from .model import Transformer, TransformerConfig
 from .trainer import TrainConfig, Trainer
-from .training import machine_description
+from .hardware import machine_description
 
 
 # %% ../nbs/07b_translation.ipynb #59e171af
