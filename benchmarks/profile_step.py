@@ -49,6 +49,8 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=2048)
     parser.add_argument("--rounds", type=int, default=5, help="timed rounds (peak, then the steps); the median is kept")
     args = parser.parse_args()
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
 
     tokenizer, train, _ = multi30k_ids()
     V = tokenizer.get_vocab_size()
@@ -74,10 +76,11 @@ def main() -> None:
         for batch in batches[2:]:
             train_step(impl, optimizer, batch, False)
         seconds = time.perf_counter() - start
-        rounds.append({"peak_gflops": round(peak, 1), "step_ms": round(seconds / (len(batches) - 2) * 1e3, 1),
-                       "fraction": round(flops / seconds / 1e9 / peak, 3)})
-    median = sorted(rounds, key=lambda r: r["fraction"])[len(rounds) // 2]
-    peak, seconds = median["peak_gflops"], median["step_ms"] / 1e3 * (len(batches) - 2)
+        rounds.append({"peak_gflops": peak, "seconds": seconds, "fraction": flops / seconds / 1e9 / peak})
+    median = sorted(rounds, key=lambda r: r["fraction"])[(len(rounds) - 1) // 2]  # the lower middle one if even
+    peak, seconds = median["peak_gflops"], median["seconds"]
+    rounds = [{"peak_gflops": round(r["peak_gflops"], 1), "step_ms": round(r["seconds"] / (len(batches) - 2) * 1e3, 1),
+               "fraction": round(r["fraction"], 3)} for r in rounds]
 
     own = defaultdict(float)  # kind → self CPU time (µs) over the profiled steps
     ops = []
@@ -101,9 +104,10 @@ def main() -> None:
     print(f"\nunprofiled: {seconds / steps * 1e3:.0f} ms/step, {tokens / seconds:,.0f} target tokens/s, "
           f"{flops / seconds / 1e9:.1f} GFLOP/s of matrix products = {fraction:.1%} of the measured peak "
           f"({peak:.1f} GFLOP/s)")
-    # the ceiling of this step's fraction if everything but the matrix products took no time (profiled times)
+    # about the ceiling of this step's fraction if everything but the matrix products took no time: an estimate, as
+    # the profiled times include a little of the profiler's own time
     products_alone = flops / (own["matrix products"] / 1e6) / 1e9 / peak
-    print(f"matrix products alone (profiled): {products_alone:.1%} of the peak: the ceiling of the step's fraction")
+    print(f"matrix products alone (profiled): {products_alone:.1%} of the peak, about the ceiling of the step's share")
     path = write_result("profile_step", {
         "preset": args.preset, "dtype": "float32", "max_tokens": args.max_tokens, "steps": steps,
         "matmul_peak_gflops": peak, "step_ms": round(seconds / steps * 1e3, 1),

@@ -142,19 +142,29 @@ def gather_objects(obj: Any, world: World) -> list[Any]:
 
 def leave_world(world: World, finished: bool = True) -> None:
     "Leave the process group (nothing to do for one process); after a finished run, only once every process is done."
-    if world.size > 1 and dist.is_initialized():
+    if world.size == 1 or not dist.is_initialized():
+        return
+    try:
         if finished:
             wait_for_all(world)
+    except (RuntimeError, KeyError, ValueError) as e:  # a store error is a RuntimeError; the results are written
+        print(f"warning: leaving the process group without waiting for the others ({e})", file=sys.stderr)
+    finally:
         dist.destroy_process_group()
 
 
 def wait_for_all(world: World) -> None:
-    "Wait on the launcher's store, not on gloo, until every process has arrived: none closes a connection still in use."
+    "Wait until every process has arrived (on the launcher's store if any): none closes a connection still in use."
     # a process that returns from the last collective first and closes its sockets can make a slower one's collective
-    # fail ("connection closed by peer"); the store is the launcher's, so it outlives every process
+    # fail ("connection closed by peer"). torchrun's agent hosts the store and outlives every process; without it,
+    # the store belongs to rank 0, which could exit while others still wait on it, so a collective barrier it is
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        dist.barrier()
+        return
     store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
                           timeout=timedelta(minutes=5))
-    key = f"transformer/finished/{os.environ.get('TORCHELASTIC_RUN_ID', '')}"
+    run = f"{os.environ.get('TORCHELASTIC_RUN_ID', '')}/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
+    key = f"transformer/finished/{run}"
     if store.add(key, 1) == world.size:
         store.set(f"{key}/all", "1")
     store.wait([f"{key}/all"])

@@ -234,7 +234,7 @@ class Trainer:
         return self.metrics
 
     def budget_used(self, running: float = 0.0) -> float:
-        "The fraction of the budget spent after this step: of `max_minutes` where set, else of `max_steps`."
+        "The fraction of the budget spent after this step: of `max_steps`, or of `max_minutes` where set and larger."
         steps = (self.step + 1) / self.cfg.max_steps
         if not self.cfg.max_minutes:
             return steps
