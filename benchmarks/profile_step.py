@@ -18,6 +18,7 @@ from torch.profiler import ProfilerActivity, profile, record_function
 
 from common import bucketed_batches, matmul_peak_gflops, multi30k_ids, write_result
 from train_throughput import Ours, step_flops, train_step
+from transformer.hardware import keep_freed_memory
 from transformer.model import TransformerConfig
 from transformer.training import make_optimizer
 
@@ -51,6 +52,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
+    kept = keep_freed_memory()  # as Trainer does on a CPU: a step's large tensors reuse memory already mapped
 
     tokenizer, train, _ = multi30k_ids()
     V = tokenizer.get_vocab_size()
@@ -110,6 +112,7 @@ def main() -> None:
     print(f"matrix products alone (profiled): {products_alone:.1%} of the peak, about the ceiling of the step's share")
     path = write_result("profile_step", {
         "preset": args.preset, "dtype": "float32", "max_tokens": args.max_tokens, "steps": steps,
+        "keeps_freed_memory": kept,
         "matmul_peak_gflops": peak, "step_ms": round(seconds / steps * 1e3, 1),
         "target_tokens_per_s": round(tokens / seconds), "matmul_flops_per_step": round(flops / steps),
         "kinds": kinds, "top_operators": top, "rounds": rounds,

@@ -7,6 +7,7 @@ from torch.autograd import gradcheck
 from torch.testing import assert_close
 
 from conftest import D_MODEL, N_HEADS
+from transformer import attention
 from transformer.attention import (MultiHeadAttention, explicit_attention, fast_attention, padding_mask,
                                    subsequent_mask)
 
@@ -232,3 +233,22 @@ def test_narrow_keys_fast_path_equals_explicit_path(d_k):
 def test_bad_key_width_is_refused():
     with pytest.raises(ValueError, match="d_k must be a positive integer"):
         MultiHeadAttention(32, 4, d_k=0)
+
+
+@pytest.mark.parametrize("bf16_matmul", [True, False], ids=["written-out", "fused"])
+@pytest.mark.parametrize("t_q,t_k,kind", CASES, ids=[f"{q}x{k}-{m}" for q, k, m in CASES])
+def test_bf16_fast_attention_by_either_path_matches_float32(t_q, t_k, kind, bf16_matmul, monkeypatch):
+    """In bf16 on a CPU, fast_attention takes the written-out path where the CPU multiplies bf16 natively, else the
+    fused kernel: either way its output and its gradients are the float32 ones, to bf16's precision."""
+    monkeypatch.setattr(attention, "cpu_has_bf16_matmul", lambda: bf16_matmul)
+    mask = masks(t_q, t_k)[kind]
+    ref = qkv(t_q, t_k, requires_grad=True)
+    low = [t.detach().bfloat16().requires_grad_() for t in ref]
+    grad = torch.randn(B, H, t_q, D_K)
+    explicit_attention(*ref, mask)[0].backward(grad)
+    out = fast_attention(*low, mask)
+    out.backward(grad.bfloat16())
+    assert out.dtype == torch.bfloat16
+    assert_close(out.float(), explicit_attention(*ref, mask)[0], atol=0.03, rtol=0.03)
+    for a, b in zip(low, ref):
+        assert_close(a.grad.float(), b.grad, atol=0.05, rtol=0.05)

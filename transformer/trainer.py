@@ -29,7 +29,7 @@ from transformer.distributed import (
 from .model import Transformer
 from .training import (
     Batch, TokenBatchSampler, TrainConfig, batch_loss, cooldown_factor, evaluate, make_batch, make_optimizer)
-from .hardware import choose_bf16
+from .hardware import choose_bf16, keep_freed_memory
 
 
 # %% ../nbs/04d_trainer.ipynb #f92754b1
@@ -125,6 +125,8 @@ class Trainer:
         self.metrics: list[dict[str, float]] = []
         self._since_eval = [0.0, 0]  # summed loss and target tokens since the last validation
         self.time_up, self._step_start = False, None  # rank 0's verdict on the time budget, shared every step
+        if self.device.type == "cpu":  # large tensors reuse freed memory instead of fresh pages every step
+            keep_freed_memory()
         # bf16 or not, and why: rank 0 probes, every rank follows
         self.precision = broadcast_object(choose_bf16(cfg.bf16, self.device, self.probe_step)
                                           if world.is_main else None, world)
