@@ -1,6 +1,7 @@
 """Scoring as a user runs it (chapter 7c): decoding tuned on validation data and stored with the model, used by
 evaluate and translate unless overridden; every test set present scored, missing ones named; seeds gathered."""
 
+import csv
 import json
 import os
 import shutil
@@ -88,6 +89,9 @@ def test_every_present_test_set_is_scored_and_missing_ones_named(model, tmp_path
     summary = json.loads((tmp_path / "report" / "summary.json").read_text())
     assert list(summary["sacrebleu"]) == ["test2016", "mscoco2017"]
     assert summary["test2016_sacrebleu"] == summary["sacrebleu"]["test2016"] and summary["seed"] == 3
+    with open(model / "run" / "metrics.csv", newline="") as f:
+        last = list(csv.DictReader(f))[-1]
+    assert summary["epochs"] == float(last["epoch"])  # the last validation's epoch, fractional if it ended mid-epoch
     pytest.importorskip("altair")
     from transformer.report import recipe_row, validation_chart
     row = recipe_row(tmp_path / "report")

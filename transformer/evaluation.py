@@ -195,17 +195,18 @@ def write_report(model_dir: Path, report_dir: Path, results: dict[str, dict], de
     state = json.loads((checkpoint / "trainer.json").read_text()) if checkpoint else {}
     run = json.loads((run_dir / "run.json").read_text()) if run_dir else {}
     trained = run.get("provenance", {})
+    metrics = read_metrics(run_dir / "metrics.csv") if run_dir and (run_dir / "metrics.csv").is_file() else []
     main, first = next(iter(results.items()))
     beam, alpha = decoding["beam"], decoding["alpha"]
     summary = {f"{main}_sacrebleu": first["bleu"], "sacrebleu": {split: r["bleu"] for split, r in results.items()},
                "sacrebleu_signature": first["signature"], "beam_size": beam, "alpha": alpha,
                "decoding": decoding["origin"], "averaged_checkpoints": [Path(p).name for p in averaged],
                "seed": run.get("train", {}).get("seed"), "train_minutes": round(state.get("train_seconds", 0) / 60, 1),
-               "train_steps": state.get("step"), "epochs": state.get("epoch"),
+               "train_steps": state.get("step"),
+               "epochs": metrics[-1]["epoch"] if metrics else state.get("epoch"),  # fractional where it ends mid-epoch
                "tokens_per_s": round(state.get("tokens_seen", 0) / max(state.get("train_seconds", 0), 1e-9)),
                "bf16": run.get("precision", {}).get("bf16"), "parameters": sum(p.numel() for p in model.parameters()),
-               "validation": curve_summary(read_metrics(run_dir / "metrics.csv"))
-               if run_dir and (run_dir / "metrics.csv").is_file() else {},
+               "validation": curve_summary(metrics),
                "commit": trained.get("commit", "unknown"), "machine": trained.get("machine", "unknown"),
                "evaluated_at_commit": git_commit(), "evaluated_on": machine_description(),
                "variants": compare_variants(model_dir, model, tokenizer, first["pairs"], first["bleu"], beam, alpha)}
