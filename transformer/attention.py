@@ -68,7 +68,7 @@ def cpu_has_bf16_matmul() -> bool:
 
 
 # on CPUs, the longest keys for which written-out attention beats the fused kernel, forward and backward together:
-# in bf16 with bf16 instructions, whose matrix products the fused kernel does not use (float32: no clear winner);
+# in bf16 with bf16 instructions, where the fused kernel runs slower than in float32 (float32: no clear winner);
 # benchmarks/attention_paths.py measures the crossover, the *Benchmarks* appendix shows it
 EXPLICIT_MAX_KEYS = {torch.bfloat16: 256}
 
