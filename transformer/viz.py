@@ -87,7 +87,7 @@ def book_path(relative: str) -> Path:
                             f"a wheel or a checkout (both hold the book's results), or set {BOOK_FILES_ENV}")
 
 
-BOOK_QUICK_ENV = "TRANSFORMER_BOOK_QUICK"  # set to 1: chapters that train do a short run (tests/test_chapters.py)
+BOOK_QUICK_ENV = "TRANSFORMER_BOOK_QUICK"  # set to 1: long training cells do a short run (tests/test_chapters.py)
 
 
 def book_quick() -> bool:
