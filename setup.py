@@ -19,6 +19,7 @@ class BuildPyWithBookFiles(build_py):
         super().run()
         root = Path(__file__).resolve().parent
         target = Path(self.build_lib) / "transformer" / "book_files"
+        shutil.rmtree(target, ignore_errors=True)  # an in-tree build/ may hold files deleted since
         for folder, patterns in BOOK_FILES.items():
             for pattern in patterns:
                 for source in sorted((root / folder).rglob(pattern)):
