@@ -50,7 +50,7 @@ from nbclient import NotebookClient
 nb = nbformat.read(sys.argv[1], as_version=4)
 nb.cells.append(nbformat.v4.new_code_cell("import transformer; print('TRANSFORMER FROM', transformer.__file__)"))
 NotebookClient(nb, timeout=900, kernel_name="python3", resources={"metadata": {"path": sys.argv[2]}}).execute()
-print(nb.cells[-1].outputs[0]["text"].strip())
+print("".join(output.get("text", "") for output in nb.cells[-1].outputs).strip())  # streams may come in pieces
 '''
 
 
