@@ -447,5 +447,6 @@ d = { 'settings': { 'branch': 'main',
                                  'transformer.viz.book_roots': ('introduction.html#book_roots', 'transformer/viz.py'),
                                  'transformer.viz.compare': ('introduction.html#compare', 'transformer/viz.py'),
                                  'transformer.viz.enable_book_charts': ('introduction.html#enable_book_charts', 'transformer/viz.py'),
+                                 'transformer.viz.headline_results': ('introduction.html#headline_results', 'transformer/viz.py'),
                                  'transformer.viz.spread': ('introduction.html#spread', 'transformer/viz.py'),
                                  'transformer.viz.write_vega_bundle': ('introduction.html#write_vega_bundle', 'transformer/viz.py')}}}
