@@ -1,70 +1,162 @@
-"""§6.3 at small scale: train the Transformer to parse NLTK's Penn Treebank sample (files wsj_0001–0179), score
-test (wsj_0190–0199) with EVALB's rules, and write results/parsing.json, which the parsing chapter reads.
+"""§6.3 at small scale: train the Transformer to parse NLTK's Penn Treebank sample (files wsj_0001–0179), keep the
+checkpoint with the best development F1 (wsj_0180–0189, constrained greedy decoding), score test (wsj_0190–0199)
+with EVALB's rules beside two baselines, run the diagnostics, and write results/parsing.json for the chapter.
 
-    python scripts/parsing.py [--steps 2000] [--out runs/parsing]
+    python scripts/parsing.py [--preset small] [--max-minutes 20] [--patience 4] [--diagnostic-minutes 5]
 
-Resumable: an interrupted run continues from its last checkpoint. About 30 minutes on 2 CPU cores.
+Training stops when dev F1 has not improved for `--patience` evaluations, or at `--max-minutes` / `--max-steps`.
+The diagnostics (a blanked source, 25% and 50% of the training trees) train the same way under the smaller budget.
 """
 
 import argparse
 import json
+import random
+import shlex
+import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
 
 import torch
 
-from transformer.checkpoint import latest_checkpoint
-from transformer.model import Transformer, TransformerConfig, count_parameters
-from transformer.parsing import Vocab, evalb, linearize, parse, parsing_pairs, treebank_splits, words_and_tags
-from transformer.trainer import TrainConfig, Trainer
+from transformer.checkpoint import load_weights, save_model_files
 from transformer.hardware import machine_description
+from transformer.model import Transformer, TransformerConfig, count_parameters
+from transformer.parsing import (PAPER_DECODING, Tree, Vocab, evalb, flat_tree, linearize, parse, parsing_pairs,
+                                 right_branching, treebank_splits, word_class, words_and_tags)
+from transformer.trainer import TrainConfig, Trainer
 from transformer.translation import git_commit
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def sentences(trees) -> list[list[str]]:
-    return [[w for w, _ in words_and_tags(t)] for t in trees]
+def sentences(trees: list[Tree], blank: bool = False) -> list[list[str]]:
+    "The words of each tree, or as many <unk> as it has words when `blank` (the model then sees only the length)."
+    return [["<unk>" if blank else w for w, _ in words_and_tags(t)] for t in trees]
+
+
+def arguments() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--preset", default="small", choices=["small", "tiny"])
+    parser.add_argument("--d-model", type=int, default=0, help="override the preset's width (d_ff = 4 d_model)")
+    parser.add_argument("--dropout", type=float, default=0.3)
+    parser.add_argument("--min-count", type=int, default=2, help="rarer words fall back to their shape class")
+    parser.add_argument("--no-word-classes", action="store_true", help="rare words become plain <unk>")
+    parser.add_argument("--max-tokens", type=int, default=2048)
+    parser.add_argument("--warmup", type=int, default=400)
+    parser.add_argument("--lr-factor", type=float, default=1.0)
+    parser.add_argument("--eval-every", type=int, default=200)
+    parser.add_argument("--patience", type=int, default=4, help="evaluations without a better dev F1 before stopping")
+    parser.add_argument("--max-steps", type=int, default=20_000)
+    parser.add_argument("--max-minutes", type=float, default=20.0, help="training-time cap of the main run")
+    parser.add_argument("--diagnostic-minutes", type=float, default=5.0, help="cap of each diagnostic run (0: none)")
+    parser.add_argument("--diagnostics", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument("--train-sample", type=int, default=200, help="training sentences scored for training F1")
+    parser.add_argument("--out", default=str(ROOT / "runs" / "parsing"))
+    parser.add_argument("--result", default=str(ROOT / "results" / "parsing.json"))
+    return parser.parse_args()
+
+
+def train(name: str, trees: list[Tree], dev: list[Tree], words: Vocab, labels: Vocab, cfg: TransformerConfig,
+          args: argparse.Namespace, minutes: float, blank: bool = False) -> tuple[Transformer, dict]:
+    "Train until dev F1 (constrained greedy) plateaus or the budget ends; the model at its best dev F1, and the run."
+    src = sentences(trees, blank)
+    pairs = [(words.encode(s), p[1]) for s, p in zip(src, parsing_pairs(trees, words, labels))]
+    fits = lambda p: max(len(p[0]), len(p[1])) + 1 <= cfg.max_len  # noqa: E731
+    pairs = [p for p in pairs if fits(p)]
+    dev_pairs = [(words.encode(s), labels.encode(linearize(t))) for s, t in zip(sentences(dev, blank), dev)]
+    dev_words, best_dir = sentences(dev, blank), Path(args.out) / name / "best"
+    best_dir.mkdir(parents=True, exist_ok=True)
+    best = {"f1": -1.0, "step": 0}
+
+    def dev_f1(trainer: Trainer) -> dict[str, float]:
+        f1 = evalb(dev, parse(trainer.model, words, labels, dev_words, beam_size=1))["f1"]
+        if f1 > best["f1"]:  # the checkpoint we keep: chosen on dev, never on test
+            best.update(f1=f1, step=trainer.step)
+            save_model_files(trainer.model, best_dir)
+        print(f"[{name}] step {trainer.step}: dev F1 {f1:.1f} (best {best['f1']:.1f} at {best['step']})", flush=True)
+        return {"dev_f1": f1}
+
+    def plateau(trainer: Trainer) -> bool:
+        return trainer.step - best["step"] >= args.patience * args.eval_every
+
+    train_cfg = TrainConfig(max_tokens=args.max_tokens, max_steps=args.max_steps, max_minutes=minutes,
+                            warmup=args.warmup, lr_factor=args.lr_factor, eval_every=args.eval_every, keep_last=1,
+                            bf16=False, seed=0)
+    torch.manual_seed(0)
+    trainer = Trainer(Transformer(cfg), train_cfg, pairs, [p for p in dev_pairs if fits(p)],
+                      out_dir=Path(args.out) / name, progress="lines", on_eval=dev_f1, stop_when=plateau)
+    trainer.fit()
+    model = load_weights(trainer.model, best_dir).eval()
+    return model, {"train_pairs": len(pairs), "train": asdict(train_cfg), "steps": trainer.step,
+                   "train_minutes": round(trainer.train_seconds / 60, 1), "best_step": best["step"],
+                   "dev_f1": best["f1"], "stopped": "plateau" if plateau(trainer) else "budget",
+                   "curve": [{k: row.get(k) for k in ("step", "train_loss", "valid_loss", "dev_f1", "train_minutes")}
+                             for row in trainer.metrics]}
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=2000)
-    parser.add_argument("--out", default=str(ROOT / "runs" / "parsing"))
-    args = parser.parse_args()
+    args = arguments()
     start = time.time()
     splits = treebank_splits()
-    words = Vocab(sentences(splits["train"]), min_count=2)
-    labels = Vocab([linearize(t) for t in splits["train"]])
-    cfg = TransformerConfig.preset("small", src_vocab_size=len(words), tgt_vocab_size=len(labels),
-                                   tie_embeddings=False, dropout=0.3, max_len=512)
-    fits = lambda p: max(len(p[0]), len(p[1])) + 1 <= cfg.max_len  # noqa: E731
-    train = [p for p in parsing_pairs(splits["train"], words, labels) if fits(p)]
-    dev = [p for p in parsing_pairs(splits["dev"], words, labels) if fits(p)]
-    train_cfg = TrainConfig(max_tokens=2048, max_steps=args.steps, warmup=800, lr_factor=1.0, eval_every=250,
-                            keep_last=1, bf16=False, seed=0)
-    torch.manual_seed(0)
-    trainer = Trainer(Transformer(cfg), train_cfg, train, dev, out_dir=args.out, progress="lines")
-    if latest_checkpoint(args.out):
-        trainer.resume()
-    metrics = trainer.fit()
-    model = trainer.model.eval()
-    gold = splits["test"]
-    parsed = {k: parse(model, words, labels, sentences(gold), beam_size=k) for k in (1, 4)}
-    scores = {f"beam{k}": evalb(gold, trees) for k, trees in parsed.items()}
-    best = parsed[4][:5]  # the examples are among the trees that were scored
-    result = {"sentences": {k: len(v) for k, v in splits.items()}, "train_pairs_used": len(train),
-              "vocab": {"words": len(words), "labels": len(labels)},
-              "model": cfg.to_dict(), "parameters": count_parameters(model), "train": asdict(train_cfg),
-              "steps": trainer.step, "train_minutes": round(trainer.train_seconds / 60, 1),
-              "valid_loss": metrics[-1].get("valid_loss"), "test": scores,
+    train_trees, dev, test = splits["train"], splits["dev"], splits["test"]
+    words = Vocab(sentences(train_trees), args.min_count, None if args.no_word_classes else word_class)
+    labels = Vocab([linearize(t) for t in train_trees])
+    overrides = dict(d_model=args.d_model, d_ff=4 * args.d_model) if args.d_model else {}
+    cfg = TransformerConfig.preset(args.preset, src_vocab_size=len(words), tgt_vocab_size=len(labels),
+                                   tie_embeddings=False, dropout=args.dropout, max_len=512, **overrides)
+    score = lambda trees, parsed: {k: round(v, 2) for k, v in evalb(trees, parsed).items()}  # noqa: E731
+
+    model, run = train("main", train_trees, dev, words, labels, cfg, args, args.max_minutes)
+    test_words = sentences(test)
+    test_scores = {"greedy": score(test, parse(model, words, labels, test_words, beam_size=1)),
+                   "beam4": score(test, parse(model, words, labels, test_words, beam_size=4)),
+                   "paper": score(test, parse(model, words, labels, test_words, **PAPER_DECODING)),
+                   "greedy_unconstrained": score(test, parse(model, words, labels, test_words, beam_size=1,
+                                                             constrained=False))}
+    dev_paper = score(dev, parse(model, words, labels, sentences(dev), **PAPER_DECODING))
+    sample = random.Random(0).sample(train_trees, min(args.train_sample, len(train_trees)))
+    train_f1 = score(sample, parse(model, words, labels, sentences(sample), beam_size=1))
+    examples = parse(model, words, labels, test_words[:5], **PAPER_DECODING)
+
+    # baselines: no learning; the right-branching tree's inner label is the one best on dev
+    inner = max(("NP", "VP", "S", "PP"), key=lambda lab: evalb(dev, [right_branching(s, inner=lab)
+                                                                       for s in sentences(dev)])["f1"])
+    baselines = {"flat": score(test, [flat_tree(s) for s in test_words]),
+                 "right_branching": score(test, [right_branching(s, inner=inner) for s in test_words]) | {
+                     "inner_label": inner}}
+
+    diagnostics = {"train_f1": train_f1 | {"sentences": len(sample)}, "dev_paper": dev_paper}
+    budget = args.diagnostic_minutes
+    if not args.diagnostics:  # exploring settings: the main run alone
+        print(json.dumps({"dev": run["dev_f1"], "dev_paper": dev_paper["f1"], "train": train_f1["f1"],
+                          "test": test_scores}))
+        return
+    blank_model, blank_run = train("blank", train_trees, dev, words, labels, cfg, args, budget, blank=True)
+    diagnostics["blank_source"] = blank_run | {"test": score(test, parse(blank_model, words, labels,
+                                                                         sentences(test, blank=True), beam_size=1))}
+    curve = []
+    for fraction in (0.25, 0.5):
+        part = train_trees[: round(fraction * len(train_trees))]  # whole files, in order
+        part_model, part_run = train(f"fraction{fraction}", part, dev, words, labels, cfg, args, budget)
+        curve.append({"fraction": fraction, "trees": len(part), "test_greedy": score(
+            test, parse(part_model, words, labels, test_words, beam_size=1))} | part_run)
+    curve.append({"fraction": 1.0, "trees": len(train_trees), "test_greedy": test_scores["greedy"]} | run)
+    diagnostics["learning_curve"] = curve
+
+    result = {"command": "python scripts/parsing.py " + shlex.join(sys.argv[1:]), "commit": git_commit(),
+              "machine": machine_description(), "sentences": {k: len(v) for k, v in splits.items()},
+              "vocab": {"words": len(words), "labels": len(labels), "min_count": args.min_count,
+                        "word_classes": not args.no_word_classes},
+              "model": cfg.to_dict(), "parameters": count_parameters(model), "decoding": {"paper": PAPER_DECODING},
+              "main": run, "steps": run["steps"], "train_minutes": run["train_minutes"], "test": test_scores,
+              "baselines": baselines, "diagnostics": diagnostics,
               "examples": [{"words": " ".join(s), "gold": " ".join(linearize(g)), "parsed": " ".join(linearize(p))}
-                           for s, g, p in zip(sentences(gold), gold, best)],
-              "metrics": metrics, "wall_minutes": round((time.time() - start) / 60, 1), "commit": git_commit(),
-              "machine": machine_description(), "command": f"python scripts/parsing.py --steps {args.steps}"}
-    (ROOT / "results" / "parsing.json").write_text(json.dumps(result, indent=1) + "\n")
-    print(f"test F1 {scores['beam4']['f1']:.1f} (beam 4), {scores['beam1']['f1']:.1f} (greedy)")
+                           for s, g, p in zip(test_words, test, examples)],
+              "wall_minutes": round((time.time() - start) / 60, 1)}
+    Path(args.result).write_text(json.dumps(result, indent=1) + "\n")
+    print(f"test F1 {test_scores['paper']['f1']:.1f} (paper decoding), {test_scores['greedy']['f1']:.1f} (greedy); "
+          f"baselines {baselines['flat']['f1']:.1f} flat, {baselines['right_branching']['f1']:.1f} right-branching")
 
 
 if __name__ == "__main__":

@@ -1,13 +1,18 @@
 """§6.3's pieces: trees read, cleaned and linearized losslessly; EVALB-rule F1 on hand-made trees with known
-precision and recall; any decoder output repaired into a tree; bad input (malformed trees, no treebank) refused."""
+precision and recall; any decoder output repaired into a tree; constrained decoding always a tree with one leaf per
+word; the baselines' scores; bad input (malformed trees, no treebank, empty sentences) refused."""
 
 import random
 import zipfile
 
 import pytest
+import torch
 
-from transformer.parsing import (PTB_DIR_ENV, Vocab, clean, delinearize, evalb, linearize, parse_trees, repair,
-                                 treebank_splits, TreeError, words_and_tags)
+from transformer.decoding import translate_ids
+from transformer.model import Transformer, TransformerConfig
+from transformer.parsing import (PTB_DIR_ENV, TreeConstraint, Vocab, clean, delinearize, evalb, flat_tree, linearize,
+                                 parse, parse_trees, repair, right_branching, treebank_splits, TreeError, word_class,
+                                 words_and_tags)
 
 GOLD = "( (S (NP-SBJ (DT The) (JJ old) (NN man)) (VP (VBD gave) (NP (PRP her)) (NP (DT a) (NN book))) (. .)) )"
 
@@ -87,3 +92,61 @@ def test_missing_or_empty_treebank_is_one_clear_error(tmp_path, monkeypatch):
 def test_vocab_maps_rare_tokens_to_unk():
     v = Vocab([["a", "b", "a"]], min_count=2)
     assert v.encode(["a", "b", "zzz"]) == [4, 3, 3] and v.decode([0, 1, 2, 4]) == ["<pad>", "<s>", "</s>", "a"]
+
+
+LABELS = Vocab([linearize(tree(GOLD)), ["(PP", "XX", ")PP", "(ADJP", "XX", ")ADJP"]])
+
+
+def allowed_after(prefix: list[str], n_words: int, limit: int = 100) -> set[str]:
+    "The tokens TreeConstraint allows after `prefix` (without <s>) for a sentence of `n_words` words."
+    tokens = torch.tensor([[1, *LABELS.encode(prefix)]])
+    logits = torch.zeros(1, len(LABELS))
+    TreeConstraint(LABELS)(logits, tokens, torch.tensor([n_words + 1]), torch.tensor([limit]))
+    return set(LABELS.decode(torch.isfinite(logits[0]).nonzero().squeeze(1).tolist()))
+
+
+def test_constraint_rules():
+    opening = {t for t in LABELS.itos if t.startswith("(")}
+    assert allowed_after([], 2) == opening                                    # a tree starts with a bracket
+    assert allowed_after(["(S"], 2) == opening | {"XX"}                       # nothing to close yet
+    assert allowed_after(["(S", "(NP", "XX"], 2) == opening | {"XX", ")NP"}   # only the innermost label closes
+    assert allowed_after(["(S", "XX"], 2) == opening | {"XX"}                 # the root waits for the last word
+    assert allowed_after(["(S", "(NP", "XX", "XX"], 2) == {")NP"}             # all words placed: no XX, no bracket
+    assert allowed_after(["(S", "XX", "XX", ")S"], 2) == {"</s>"}             # and the end only after the root
+    assert allowed_after(["(S", "XX"], 2, limit=5) == {"XX"}                  # no room for another bracket
+
+
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_constrained_outputs_are_trees_with_one_leaf_per_word(beam_size):
+    torch.manual_seed(0)
+    model = Transformer(TransformerConfig.preset("tiny", src_vocab_size=20, tgt_vocab_size=len(LABELS),
+                                                          tie_embeddings=False)).eval()
+    rng = random.Random(beam_size)
+    sources = [[rng.randrange(3, 20) for _ in range(rng.randint(1, 25))] for _ in range(24)]
+    for max_extra in (4, 60):  # a tight output limit too: the constraint leaves room to finish
+        outputs = translate_ids(model, sources, beam_size, max_extra=max_extra, constrain=TreeConstraint(LABELS))
+        for src, out in zip(sources, outputs):
+            tokens = LABELS.decode(out)
+            assert linearize(delinearize(tokens, ["w"] * len(src))) == tokens  # one closed tree, one XX per word
+
+
+def test_parse_refuses_empty_sentences():
+    model = Transformer(TransformerConfig.preset("tiny", src_vocab_size=10, tgt_vocab_size=len(LABELS),
+                                                          tie_embeddings=False))
+    with pytest.raises(ValueError, match="at least one word"):
+        parse(model, Vocab([["a"]]), LABELS, [["a"], []])
+
+
+def test_baselines_score_as_expected():
+    gold = tree(GOLD)  # S NP VP NP NP over 7 counted words
+    words = [w for w, _ in words_and_tags(gold)]
+    assert evalb([gold], [flat_tree(words)])["f1"] == pytest.approx(2 * 100 * 20 / 120)  # S alone: P 100, R 20
+    assert right_branching(["a"]) == ("S", [("XX", ["a"])])
+    # (S The (NP old (NP man (NP gave (NP her (NP a (NP book .))))))): of its 7 brackets S(0,7) and NP(5,7) match
+    assert evalb([gold], [right_branching(words)])["precision"] == pytest.approx(100 * 2 / 7)
+
+
+def test_rare_words_fall_back_to_their_class():
+    assert word_class("Filing") == "<unk-Cap-ing>" and word_class("1\\/2") == "<unk-num>"
+    v = Vocab([["the", "the", "quickly"]], min_count=2, fallback=word_class)
+    assert v.decode(v.encode(["the", "slowly", "Ms."])) == ["the", "<unk-low-ly>", "<unk>"]  # no class seen: <unk>
