@@ -42,6 +42,8 @@ def arguments() -> argparse.Namespace:
     parser.add_argument("--dropout", type=float, default=0.3)
     parser.add_argument("--min-count", type=int, default=2, help="rarer words fall back to their shape class")
     parser.add_argument("--no-word-classes", action="store_true", help="rare words become plain <unk>")
+    parser.add_argument("--leaves", default="xx", choices=["xx", "words"],
+                        help="the tree's leaves: XX (the paper, after Vinyals et al.) or the words, copied")
     parser.add_argument("--max-tokens", type=int, default=2048)
     parser.add_argument("--warmup", type=int, default=400)
     parser.add_argument("--lr-factor", type=float, default=1.0)
@@ -60,11 +62,10 @@ def arguments() -> argparse.Namespace:
 def train(name: str, trees: list[Tree], dev: list[Tree], words: Vocab, labels: Vocab, cfg: TransformerConfig,
           args: argparse.Namespace, minutes: float, blank: bool = False) -> tuple[Transformer, dict]:
     "Train until dev F1 (constrained greedy) plateaus or the budget ends; the model at its best dev F1, and the run."
-    src = sentences(trees, blank)
-    pairs = [(words.encode(s), p[1]) for s, p in zip(src, parsing_pairs(trees, words, labels))]
     fits = lambda p: max(len(p[0]), len(p[1])) + 1 <= cfg.max_len  # noqa: E731
-    pairs = [p for p in pairs if fits(p)]
-    dev_pairs = [(words.encode(s), labels.encode(linearize(t))) for s, t in zip(sentences(dev, blank), dev)]
+    copy_words = cfg.tgt_vocab_size > len(labels)
+    pairs = [p for p in parsing_pairs(trees, words, labels, copy_words, blank) if fits(p)]
+    dev_pairs = [p for p in parsing_pairs(dev, words, labels, copy_words, blank) if fits(p)]
     dev_words, best_dir = sentences(dev, blank), Path(args.out) / name / "best"
     best_dir.mkdir(parents=True, exist_ok=True)
     best = {"f1": -1.0, "step": 0}
@@ -84,7 +85,7 @@ def train(name: str, trees: list[Tree], dev: list[Tree], words: Vocab, labels: V
                             warmup=args.warmup, lr_factor=args.lr_factor, eval_every=args.eval_every, keep_last=1,
                             bf16=False, seed=0)
     torch.manual_seed(0)
-    trainer = Trainer(Transformer(cfg), train_cfg, pairs, [p for p in dev_pairs if fits(p)],
+    trainer = Trainer(Transformer(cfg), train_cfg, pairs, dev_pairs,
                       out_dir=Path(args.out) / name, progress="lines", on_eval=dev_f1, stop_when=plateau)
     trainer.fit()
     model = load_weights(trainer.model, best_dir).eval()
@@ -103,7 +104,8 @@ def main() -> None:
     words = Vocab(sentences(train_trees), args.min_count, None if args.no_word_classes else word_class)
     labels = Vocab([linearize(t) for t in train_trees])
     overrides = dict(d_model=args.d_model, d_ff=4 * args.d_model) if args.d_model else {}
-    cfg = TransformerConfig.preset(args.preset, src_vocab_size=len(words), tgt_vocab_size=len(labels),
+    target_vocab = len(labels) + (len(words) if args.leaves == "words" else 0)  # copied words: ids past the labels
+    cfg = TransformerConfig.preset(args.preset, src_vocab_size=len(words), tgt_vocab_size=target_vocab,
                                    tie_embeddings=False, dropout=args.dropout, max_len=512, **overrides)
     score = lambda trees, parsed: {k: round(v, 2) for k, v in evalb(trees, parsed).items()}  # noqa: E731
 
@@ -147,7 +149,7 @@ def main() -> None:
     result = {"command": "python scripts/parsing.py " + shlex.join(sys.argv[1:]), "commit": git_commit(),
               "machine": machine_description(), "sentences": {k: len(v) for k, v in splits.items()},
               "vocab": {"words": len(words), "labels": len(labels), "min_count": args.min_count,
-                        "word_classes": not args.no_word_classes},
+                        "word_classes": not args.no_word_classes, "leaves": args.leaves},
               "model": cfg.to_dict(), "parameters": count_parameters(model), "decoding": {"paper": PAPER_DECODING},
               "main": run, "steps": run["steps"], "train_minutes": run["train_minutes"], "test": test_scores,
               "baselines": baselines, "diagnostics": diagnostics,

@@ -101,7 +101,7 @@ def allowed_after(prefix: list[str], n_words: int, limit: int = 100) -> set[str]
     "The tokens TreeConstraint allows after `prefix` (without <s>) for a sentence of `n_words` words."
     tokens = torch.tensor([[1, *LABELS.encode(prefix)]])
     logits = torch.zeros(1, len(LABELS))
-    TreeConstraint(LABELS)(logits, tokens, torch.tensor([n_words + 1]), torch.tensor([limit]))
+    TreeConstraint(LABELS)(logits, tokens, torch.tensor([[5] * n_words + [2]]), torch.tensor([limit]))
     return set(LABELS.decode(torch.isfinite(logits[0]).nonzero().squeeze(1).tolist()))
 
 
@@ -114,6 +114,7 @@ def test_constraint_rules():
     assert allowed_after(["(S", "(NP", "XX", "XX"], 2) == {")NP"}             # all words placed: no XX, no bracket
     assert allowed_after(["(S", "XX", "XX", ")S"], 2) == {"</s>"}             # and the end only after the root
     assert allowed_after(["(S", "XX"], 2, limit=5) == {"XX"}                  # no room for another bracket
+    assert allowed_after(["(S", *["(NP"] * 5], 2) == {"XX"}                   # 6 brackets in a row at most
 
 
 @pytest.mark.parametrize("beam_size", [1, 3])
@@ -128,6 +129,21 @@ def test_constrained_outputs_are_trees_with_one_leaf_per_word(beam_size):
         for src, out in zip(sources, outputs):
             tokens = LABELS.decode(out)
             assert linearize(delinearize(tokens, ["w"] * len(src))) == tokens  # one closed tree, one XX per word
+
+
+def test_copied_leaves_are_the_source_words_in_order():
+    torch.manual_seed(0)
+    n_labels = len(LABELS)  # a target vocabulary past the labels: leaf ids are n_labels + the source word's id
+    model = Transformer(TransformerConfig.preset("tiny", src_vocab_size=20, tgt_vocab_size=n_labels + 20,
+                                                 tie_embeddings=False)).eval()
+    rng = random.Random(0)
+    sources = [[rng.randrange(3, 20) for _ in range(rng.randint(1, 25))] for _ in range(16)]
+    for beam_size in (1, 3):
+        outputs = translate_ids(model, sources, beam_size, max_extra=60, constrain=TreeConstraint(LABELS))
+        for src, out in zip(sources, outputs):
+            assert [i - n_labels for i in out if i >= n_labels] == src
+            tokens = LABELS.decode([i if i < n_labels else LABELS.stoi["XX"] for i in out])
+            assert linearize(delinearize(tokens, ["w"] * len(src))) == tokens
 
 
 def test_parse_refuses_empty_sentences():

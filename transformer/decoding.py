@@ -43,7 +43,7 @@ def restrict_logits_(logits: Tensor, model: Transformer, force_end: Tensor) -> T
 
 
 Constraint = Callable[[Tensor, Tensor, Tensor, Tensor], object]
-# (logits (rows, V), tokens so far from <s> (rows, t + 1), source lengths with </s> (rows,), output limits (rows,)):
+# (logits (rows, V), tokens so far from <s> (rows, t + 1), source ids with </s> (rows, S), output limits (rows,)):
 # rules tokens out in place (logit -inf), e.g. `transformer.parsing.TreeConstraint` keeps each output a tree
 
 
@@ -73,7 +73,7 @@ def greedy_decode(model: Transformer, src: Tensor, max_extra: int = 50, use_cach
         hidden = model.decode(ys[:, -1:] if use_cache else ys, memory, src_mask, cache=cache)  # (B, 1 or t+1, d)
         logits = restrict_logits_(model.generator(hidden[:, -1]).float(), model, t + 1 >= limits)
         if constrain is not None:
-            constrain(logits, ys, (src != cfg.pad_id).sum(-1), limits)
+            constrain(logits, ys, src, limits)
         token = logits.argmax(-1).masked_fill(done, cfg.pad_id)  # the most probable; finished sentences add padding
         ys = torch.cat([ys, token[:, None]], dim=1)
         done |= token == cfg.eos_id
@@ -104,7 +104,7 @@ def beam_search(model: Transformer, src: Tensor, beam_size: int = 4, alpha: floa
         raise ValueError(f"beam_size must be at least 1, got {beam_size}")
     if alpha < 0:
         raise ValueError(f"the length penalty alpha must not be negative, got {alpha}")
-    limits, src_lengths = output_limits(src, model, max_extra), (src != model.cfg.pad_id).sum(-1)
+    limits = output_limits(src, model, max_extra)
     cfg, K, V, B = model.cfg, beam_size, model.cfg.tgt_vocab_size, src.size(0)
     src_mask = padding_mask(src, cfg.pad_id)
     memory = model.encode(src, src_mask)  # (B, S, d): the hypotheses of a sentence share it (see `attend`)
@@ -119,7 +119,7 @@ def beam_search(model: Transformer, src: Tensor, beam_size: int = 4, alpha: floa
         logp = model.generator(hidden).float().log_softmax(-1)                   # (n·k, V)
         restrict_logits_(logp, model, (t + 1 >= limit).repeat_interleave(k))     # log-probabilities are logits too
         if constrain is not None:
-            constrain(logp, tokens, src_lengths[alive].repeat_interleave(k), limit.repeat_interleave(k))
+            constrain(logp, tokens, src[alive].repeat_interleave(k, 0), limit.repeat_interleave(k))
         row_top, row_token = logp.topk(min(2 * K, V), dim=-1)  # (n·k, W): a sentence's best 2K lie among these
         candidates = (scores[:, :, None] + row_top.view(n, k, -1)).view(n, -1)   # (n, k·W)
         top, index = candidates.topk(min(2 * K, candidates.size(1)), dim=-1)  # (n, 2K): enough to keep K that go on

@@ -253,15 +253,23 @@ class Vocab:
         return [self.itos[i] for i in ids]
 
 
-def parsing_pairs(trees: Sequence[Tree], words: Vocab, labels: Vocab) -> list[tuple[list[int], list[int]]]:
-    "(word ids, linearized-tree ids) for each tree: what the Transformer learns to translate."
-    return [(words.encode([w for w, _ in words_and_tags(t)]), labels.encode(linearize(t))) for t in trees]
+def parsing_pairs(trees: Sequence[Tree], words: Vocab, labels: Vocab, copy_words: bool = False,
+                  blank: bool = False) -> list[tuple[list[int], list[int]]]:
+    "(word ids, linearized-tree ids) per tree; `copy_words`: leaves are len(labels) + word id, not XX; `blank`: <unk>s."
+    pairs = []
+    for tree in trees:
+        src = words.encode(["<unk>" if blank else w for w, _ in words_and_tags(tree)])
+        leaves = iter(src)
+        pairs.append((src, [len(labels) + next(leaves) if copy_words and tok == "XX" else labels.stoi.get(tok, 3)
+                            for tok in linearize(tree)]))
+    return pairs
 
 # %% ../nbs/09c_parsing.ipynb #742a2c14
 class TreeConstraint:
-    "A decoding `Constraint` that keeps every output a tree: one XX per word, each bracket closed by its own label."
+    "A decoding `Constraint` that keeps every output a tree: one leaf per word, each bracket closed by its own label."
 
-    def __init__(self, labels: "Vocab"):
+    def __init__(self, labels: "Vocab", max_run: int = 6):
+        self.max_run = max_run  # opening brackets in a row: 6 at most in the sample's trees; stops unary loops
         self.kind = torch.zeros(len(labels), dtype=torch.long)    # 0 never (specials), 1 opens, 2 closes, 3 XX
         self.closer = torch.zeros(len(labels), dtype=torch.long)  # the token that closes each opening token
         for i, tok in enumerate(labels.itos):
@@ -273,20 +281,27 @@ class TreeConstraint:
                 self.kind[i] = 2
         self.eos = labels.stoi["</s>"]
 
-    def __call__(self, logits: Tensor, tokens: Tensor, src_lengths: Tensor, limits: Tensor) -> None:
+    def __call__(self, logits: Tensor, tokens: Tensor, src: Tensor, limits: Tensor) -> None:
         "Rule out (logit -inf, in place) every next token after which the output could not become a tree."
-        kind = self.kind.to(tokens.device)[tokens]                         # (rows, t + 1); <s> is kind 0
+        n_labels, copying = len(self.kind), logits.size(1) > len(self.kind)  # ids past the labels: copied words
+        kinds = torch.cat([self.kind, self.kind.new_full((logits.size(1) - n_labels,), 3)]).to(tokens.device)
+        kind = kinds[tokens]                                               # (rows, t + 1); <s> is kind 0
         depth = ((kind == 1).long() - (kind == 2).long()).cumsum(-1)       # brackets open after each token
         leaves = (kind == 3).long().cumsum(-1)
-        t, d, x, n = tokens.size(1) - 1, depth[:, -1], leaves[:, -1], src_lengths - 1  # the source ends with </s>
+        t, d, x, n = tokens.size(1) - 1, depth[:, -1], leaves[:, -1], (src != 0).sum(-1) - 1  # <pad> 0, then </s>
         position = torch.arange(1, t + 2, device=tokens.device)
         inner = (((kind == 1) & (depth == d[:, None])) * position).amax(-1).clamp(min=1) - 1  # innermost open bracket
+        run = t + 1 - ((kind != 1) * position).amax(-1)                   # opening brackets just written in a row
         words_inside = x - leaves.gather(1, inner[:, None]).squeeze(1)
         # an opening bracket needs a word to come, and room for the words, its closer, the open ones' and </s>
         room = t + 1 + (n - x) + (d + 1) + 1 <= limits
         allowed = torch.zeros_like(logits, dtype=torch.bool)
-        allowed[:, self.kind == 1] = (((d > 0) | (t == 0)) & (x < n) & room)[:, None]
-        allowed[:, self.kind == 3] = ((d > 0) & (x < n))[:, None]
+        allowed[:, kinds == 1] = (((d > 0) | (t == 0)) & (x < n) & room & (run < self.max_run))[:, None]
+        leaf = ((d > 0) & (x < n))[:, None]
+        if copying:  # the leaf is the next source word itself
+            allowed.scatter_(1, n_labels + src.gather(1, x.clamp(max=src.size(1) - 1)[:, None]), leaf)
+        else:
+            allowed[:, kinds == 3] = leaf
         close = (d > 0) & (words_inside > 0) & ((d > 1) | (x == n))       # the root closes after the last word
         allowed.scatter_(1, self.closer.to(tokens.device)[tokens.gather(1, inner[:, None])], close[:, None])
         allowed[:, self.eos] = (d == 0) & (t > 0)
@@ -312,10 +327,12 @@ PAPER_DECODING = dict(beam_size=21, alpha=0.3, max_extra=300)  # §6.3: beam 21,
 def parse(model: Transformer, words: Vocab, labels: Vocab, sentences: Sequence[Sequence[str]], beam_size: int = 4,
           alpha: float = 0.6, max_extra: int = 300, constrained: bool = True) -> list[Tree]:
     "Parse sentences (lists of words): decode under the `TreeConstraint` (or freely, then `repair`), fill in the words."
+    # a model whose target vocabulary extends past the labels writes the words themselves as leaves
     if not all(sentences):
         raise ValueError("every sentence to parse needs at least one word")
     constraint = TreeConstraint(labels) if constrained else None
     ids = translate_ids(model.eval(), [words.encode(s) for s in sentences], beam_size, alpha, max_extra=max_extra,
                         constrain=constraint)
-    outputs = [labels.decode(out) for out in ids]
+    xx = labels.stoi["XX"]
+    outputs = [labels.decode([i if i < len(labels) else xx for i in out]) for out in ids]
     return [delinearize(out if constrained else repair(out, len(s)), s) for out, s in zip(outputs, sentences)]
