@@ -43,7 +43,7 @@ def main() -> None:
     train = [p for p in parsing_pairs(splits["train"], words, labels) if fits(p)]
     dev = [p for p in parsing_pairs(splits["dev"], words, labels) if fits(p)]
     train_cfg = TrainConfig(max_tokens=2048, max_steps=args.steps, warmup=800, lr_factor=1.0, eval_every=250,
-                            keep_last=1, bf16=False, seed=0)
+                            keep_last=1, precision="fp32", seed=0)
     torch.manual_seed(0)
     trainer = Trainer(Transformer(cfg), train_cfg, train, dev, out_dir=args.out, progress="lines")
     if latest_checkpoint(args.out):

@@ -13,6 +13,7 @@ import altair as alt
 import pandas as pd
 
 from .evaluation import curve_summary, read_metrics
+from .hardware import precision_of
 
 # %% ../nbs/09_multi30k.ipynb #97b558f0
 def load_report(folder: str | Path) -> dict:
@@ -67,7 +68,7 @@ def recipe_row(folder: str | Path) -> dict:
     scores = summary.get("sacrebleu") or {"test2016": summary["test2016_sacrebleu"]}
     return {"recipe": folder.name, "dropout": run["model"].get("dropout", 0.1),
             "ε_ls": run["train"]["label_smoothing"], "cooldown": run["train"].get("cooldown", 0.0),
-            "bf16": run.get("precision", {}).get("bf16", False),
+            "precision": precision_of(run.get("precision", {})),
             "tokens/s": summary["tokens_per_s"], "steps": summary["train_steps"], "epochs": round(summary["epochs"], 1),
             "best valid loss": curve["best_valid_loss"], "at epoch": round(curve["best_epoch"]),
             "last valid loss": curve["last_valid_loss"], "late slope": curve["last_third_slope_per_epoch"],
