@@ -1,8 +1,10 @@
 """One data-parallel training run as a script, for tests/test_distributed.py: `python ddp_worker.py OUT [PRECISION]`
 trains a tiny model for 2 steps on fixed sentence pairs, as one process or under torchrun, and rank 0 saves the
-weights; every rank prints its gradient scaler's state."""
+weights; every rank writes its gradient scaler's state to OUT.scaler-RANK.json (files: ranks' prints may interleave)."""
 
+import json
 import sys
+from pathlib import Path
 
 import torch
 from safetensors.torch import save_model
@@ -29,7 +31,7 @@ trainer = Trainer(model, config, pairs, progress=False, world=world)
 # exact arithmetic (the key biases') to ±lr. A large ε makes each step proportional to the gradient instead.
 trainer.optimizer.param_groups[0]["eps"] = 1e-2
 trainer.fit()
-print(f"rank {world.rank} scaler: {trainer.scaler.state_dict()}")
+Path(f"{sys.argv[1]}.scaler-{world.rank}.json").write_text(json.dumps(trainer.scaler.state_dict(), sort_keys=True))
 if world.is_main:
     save_model(model, sys.argv[1])
     print("smallest micro-batch:", min(map(len, epoch)), "sentence(s)")
