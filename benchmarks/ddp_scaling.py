@@ -26,7 +26,7 @@ def train_tokens_per_s(folder: Path, nproc: int, steps: int, threads: int) -> di
     out = Path(tempfile.mkdtemp(dir=folder)) / "run"
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
     cmd = [sys.executable, *RUN_CLI, "train", "--preset", "small", "--train-src", str(folder / "train.de"),
-           "--train-tgt", str(folder / "train.en"), "--out", str(out), "--max-steps", str(steps), "--bf16", "off",
+           "--train-tgt", str(folder / "train.en"), "--out", str(out), "--max-steps", str(steps), "--precision", "fp32",
            "--device", "cpu", "--nproc", str(nproc), "--quiet"]
     subprocess.run(cmd, env=env, check=True, capture_output=True, text=True)
     with open(out / "metrics.csv") as f:

@@ -83,7 +83,7 @@ def train(name: str, trees: list[Tree], dev: list[Tree], words: Vocab, labels: V
 
     train_cfg = TrainConfig(max_tokens=args.max_tokens, max_steps=args.max_steps, max_minutes=minutes,
                             warmup=args.warmup, lr_factor=args.lr_factor, eval_every=args.eval_every, keep_last=1,
-                            bf16=False, seed=0)
+                            precision="fp32", seed=0)
     torch.manual_seed(0)
     trainer = Trainer(Transformer(cfg), train_cfg, pairs, dev_pairs,
                       out_dir=Path(args.out) / name, progress="lines", on_eval=dev_f1, stop_when=plateau)

@@ -63,7 +63,7 @@ ROWS = {
 def config_text(model: dict, train: dict, steps: int, warmup: int, lr_factor: float) -> str:
     "The TOML run configuration of a row: the shared recipe, then the row's overrides."
     recipe = {"max_tokens": 2048, "max_steps": steps, "warmup": warmup, "lr_factor": lr_factor,
-              "eval_every": steps // 4, "keep_last": 1, "bf16": False} | train
+              "eval_every": steps // 4, "keep_last": 1, "precision": "fp32"} | train
     lines = ['preset = "small"', "[model]", *(f"{k} = {json.dumps(v)}" for k, v in model.items()), "[train]",
              *(f"{k} = {json.dumps(v)}" for k, v in recipe.items()), "[data]", "vocab_size = 8000"]
     return "\n".join(lines) + "\n"

@@ -24,7 +24,7 @@ max_tokens = 256
 max_steps = 4
 warmup = 10
 eval_every = 2
-bf16 = false
+precision = "fp32"
 [data]
 vocab_size = 300
 train_src = "train.de"

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from corpus import write_corpus
+
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
 EXE = Path(sys.executable).parent / "transformer"
 TINY = """preset = "tiny"
@@ -74,8 +76,8 @@ def test_train_writes_checkpoints_metrics_and_tokenizer(run):
     metrics = (run / "run" / "metrics.csv").read_text().splitlines()
     assert metrics[0].startswith("step,") and "valid_bleu" in metrics[0] and len(metrics) == 1 + 3
     record = json.loads((run / "run" / "run.json").read_text())
-    assert record["provenance"]["commit"] and record["train"]["bf16"] == "auto"
-    assert record["precision"]["setting"] == "auto" and isinstance(record["precision"]["bf16"], bool)
+    assert record["provenance"]["commit"] and record["train"]["precision"] == "auto"
+    assert record["precision"]["setting"] == "auto" and record["precision"]["precision"] in ("bf16", "fp16", "fp32")
     assert record["precision"]["reason"] and "torch kernels" in record["provenance"]["machine"]
 
 
@@ -195,8 +197,34 @@ def test_too_long_sentence(run):
     assert_user_error(cli("translate", "--model", str(run / "avg"), "Ein Hund.", long), "sentence 2", "at most 255")
 
 
-def test_bf16_setting_is_auto_on_or_off(tmp_path):
-    """--bf16 takes auto, on or off; anything else is refused by the argument parser before any work is done."""
-    refused = cli("train", "--preset", "tiny", "--out", str(tmp_path / "run"), "--bf16", "maybe")
-    assert refused.returncode == 2 and "invalid choice: 'maybe'" in refused.stderr
+@pytest.mark.parametrize("flags, words", [
+    (["--precision", "maybe"], ["invalid choice: 'maybe'"]), (["--bf16", "maybe"], ["invalid choice: 'maybe'"]),
+    (["--precision", "fp16", "--bf16", "on"], ["bf16 = True stands for precision 'bf16'", "precision is 'fp16'"])])
+def test_bad_precision_flags_are_refused_before_any_work(tmp_path, flags, words):
+    """--precision takes auto, bf16, fp16 or fp32, the older --bf16 auto, on or off; anything else, or the two
+    flags disagreeing, is refused before anything is written."""
+    refused = cli("train", "--preset", "tiny", "--out", str(tmp_path / "run"), *flags)
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    assert all(w in refused.stderr for w in words), refused.stderr
     assert not (tmp_path / "run").exists()
+
+
+def test_precision_fp16_end_to_end(tmp_path):
+    """`--precision fp16` trains a tiny run with the gradient scaler (its scale in run.json's record, the metrics and
+    the checkpoint); resumed with the older `--bf16 auto`, the run keeps fp16 and its scaler's state."""
+    config = write_corpus(tmp_path)
+    trained = cli("train", "--config", str(config), "--out", str(tmp_path / "run"), "--precision", "fp16",
+                  "--max-steps", "2", "--quiet")
+    assert trained.returncode == 0, trained.stderr
+    record = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert record["train"]["precision"] == "fp16"
+    assert record["precision"] == {"setting": "fp16", "precision": "fp16", "reason": "set explicitly"}
+    assert "loss_scale" in (tmp_path / "run" / "metrics.csv").read_text().splitlines()[0]
+    resumed = cli("train", "--config", str(config), "--out", str(tmp_path / "run"), "--bf16", "auto", "--resume",
+                  "--max-steps", "4", "--quiet")
+    assert resumed.returncode == 0, resumed.stderr
+    before, after = (json.loads((tmp_path / "run" / "checkpoints" / f"step-{step:07d}" / "trainer.json").read_text())
+                     for step in (2, 4))
+    assert after["train_config"]["precision"] == "auto" and after["precision"]["precision"] == "fp16"
+    assert after["grad_scaler"]["scale"] == before["grad_scaler"]["scale"] == 2.0**16  # no overflow in this run,
+    assert after["grad_scaler"]["_growth_tracker"] == before["grad_scaler"]["_growth_tracker"] + 2  # and restored

@@ -24,7 +24,7 @@ def test_own_corpus_end_to_end_in_three_commands(tmp_path, capsys, monkeypatch):
     (tmp_path / "train.en.gz").write_bytes(gzip.compress((tmp_path / "train.en").read_bytes()))  # .gz works too
     code, out, err = run(capsys, "train", "--preset", "tiny", "--train-src", "train.de", "--train-tgt", "train.en.gz",
                          "--valid-src", "valid.de", "--valid-tgt", "valid.en", "--out", "mine", "--max-steps", "4",
-                         "--bf16", "off", "--quiet")
+                         "--precision", "fp32", "--quiet")
     assert code == 0, err
     assert "train: 400 lines, 400 pairs used" in err and "% step" in err  # the summary, then a line per validation
     record = json.loads((tmp_path / "mine/run.json").read_text())

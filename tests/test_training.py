@@ -22,6 +22,7 @@ from transformer.model import Transformer, TransformerConfig
 from transformer.trainer import NonFiniteLossError, TrainConfig, Trainer
 from transformer.training import (TokenBatchSampler, batch_loss, evaluate, label_smoothed_loss, make_batch,
                                   noam_rate)
+from transformer.translation import parse_run_config
 
 V = 20  # vocabulary: 0 = pad, 1 = <s>, 2 = </s>, 3..19 = words
 
@@ -193,7 +194,7 @@ def test_label_smoothed_loss_matches_cross_entropy(seed, smoothing):
                                                                    reduction="sum"), rtol=1e-6, atol=1e-6)
 
 
-@pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("smoothing", [0.0, 0.1, 0.5])
 def test_label_smoothed_loss_gradient_matches_autograd_of_cross_entropy(smoothing, dtype):
     """The hand-written gradient p - q equals autograd's through F.cross_entropy, for loss and NLL weighted apart."""
@@ -209,13 +210,13 @@ def test_label_smoothed_loss_gradient_matches_autograd_of_cross_entropy(smoothin
            + 1.9 * F.cross_entropy(ref_in, target, ignore_index=0, reduction="sum"))
     ref.backward()
     assert ours_in.grad.dtype == dtype
-    tol = dict(rtol=1e-6, atol=1e-6) if dtype == torch.float64 else dict(rtol=2e-2, atol=1e-2)
+    tol = dict(rtol=1e-6, atol=1e-6) if dtype == torch.float64 else dict(rtol=2e-2, atol=1e-2)  # 16-bit
     torch.testing.assert_close(ours_in.grad.double(), ref_in.grad, **tol)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 def test_label_smoothed_loss_is_finite_for_extreme_logits(dtype):
-    """Logits of ±1e4 in float32 or bfloat16 give finite sums equal to a float64 reference."""
+    """Logits of ±1e4 in float32, bfloat16 or float16 give finite sums, in float32, equal to a float64 reference."""
     logits = torch.tensor([[1e4, -1e4, 0.0, -1e4], [-1e4, -1e4, -1e4, 1e4], [1e4, 1e4, -1e4, -1e4]], dtype=dtype)
     target = torch.tensor([1, 3, 2])
     loss, nll = label_smoothed_loss(logits, target, 0.1)
@@ -264,11 +265,38 @@ def test_train_config_rejects_bad_values(field, value, message):
 
 def test_train_config_from_dict():
     """from_dict round-trips asdict and rejects unknown keys, naming each of them."""
-    cfg = TrainConfig(max_tokens=100, accumulate=3, bf16=True, seed=7)
+    cfg = TrainConfig(max_tokens=100, accumulate=3, precision="bf16", seed=7)
     assert TrainConfig.from_dict(asdict(cfg)) == cfg
     assert TrainConfig.from_dict({}) == TrainConfig()
     with pytest.raises(ValueError, match=r"unknown training setting\(s\): lr, max_tokenz"):
         TrainConfig.from_dict({"max_tokenz": 5, "lr": 1.0, "accumulate": 2})
+
+
+@pytest.mark.parametrize("bf16, precision", [(True, "bf16"), (False, "fp32"), ("auto", "auto")])
+def test_train_config_reads_the_older_bf16_key(bf16, precision):
+    """Configs and checkpoints from before fp16 was a choice say `bf16` (true, false or "auto"): it maps to a
+    precision, also next to a `precision` that agrees with it; a run's TOML default stays "auto" with either key."""
+    assert TrainConfig.from_dict({"bf16": bf16}) == TrainConfig(precision=precision)
+    assert TrainConfig.from_dict({"bf16": bf16, "precision": precision}).precision == precision
+    assert parse_run_config({"train": {"bf16": bf16}}).train.precision == precision
+    assert parse_run_config({}).train.precision == "auto" and parse_run_config(
+        {"train": {"precision": "fp16"}}).train.precision == "fp16"
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"bf16": True, "precision": "fp16"}, r"^bf16 = True stands for precision 'bf16', but precision is 'fp16': "
+                                          r"give precision alone"),
+    ({"bf16": "auto", "precision": "fp32"}, r"^bf16 = 'auto' stands for precision 'auto', but precision is 'fp32'"),
+    ({"bf16": "yes"}, r'^bf16 must be true, false or "auto", got \'yes\''),
+    ({"bf16": 1}, r'^bf16 must be true, false or "auto", got 1'),
+    ({"precision": "float16"}, r"^precision must be auto, bf16, fp16 or fp32, got 'float16'"),
+])
+def test_train_config_refuses_bad_or_disagreeing_precision_settings(settings, message):
+    """A bad value, or bf16 and precision that disagree, is one error naming both."""
+    with pytest.raises(ValueError, match=message):
+        TrainConfig.from_dict(settings)
+    with pytest.raises(ValueError, match=message.replace("^", "^the configuration: ")):
+        parse_run_config({"train": settings})
 
 
 def test_trainer_rejects_empty_training_set():
@@ -318,6 +346,10 @@ RESUME_CASES = {
     "mid_epoch": dict(n_pairs=20, cfg=dict(accumulate=2, eval_every=3), steps=12, half=6),
     # 16 pairs make 6 micro-batches an epoch: 3 steps; checkpoints at each epoch's end, step 3 ends epoch 0
     "epoch_end": dict(n_pairs=16, cfg=dict(accumulate=2, eval_every=0), steps=9, half=3),
+    # fp16 from a scale so large that the first steps overflow and are skipped, then grows every 3 steps: the
+    # scaler's state (scale, growth tracker, interval) must travel with the checkpoint
+    "fp16": dict(n_pairs=20, cfg=dict(accumulate=2, eval_every=3, precision="fp16"), steps=12, half=6,
+                 scaler=dict(init_scale=2.0**22, growth_interval=3)),
 }
 
 
@@ -329,10 +361,14 @@ def test_resume_is_exact(case, tmp_path):
     cfg = TrainConfig(max_tokens=24, warmup=4, lr_factor=2.0, max_steps=case["steps"], keep_last=10, **case["cfg"])
 
     straight = new_trainer(cfg, pairs, seed=0, model_cfg=model_cfg, valid_pairs=valid)
+    if "scaler" in case:
+        straight.scaler = torch.amp.GradScaler("cpu", **case["scaler"])
     straight.fit()
 
     first = new_trainer(replace(cfg, max_steps=case["half"]), pairs, seed=0, model_cfg=model_cfg,
                         valid_pairs=valid, out_dir=tmp_path)
+    if "scaler" in case:
+        first.scaler = torch.amp.GradScaler("cpu", **case["scaler"])
     first.fit()
     state = json.loads((first.latest_checkpoint() / "trainer.json").read_text())
     n_batches = len(first.sampler.batches(state["epoch"]))
@@ -354,7 +390,12 @@ def test_resume_is_exact(case, tmp_path):
     assert_same_params(params(resumed.model), params(straight.model))
     assert_same_optimizer(resumed.optimizer, straight.optimizer)
     assert resumed.scheduler.state_dict() == straight.scheduler.state_dict()
+    assert resumed.scaler.state_dict() == straight.scaler.state_dict()
     assert without_timing(resumed.metrics) == without_timing(straight.metrics)
+    if "scaler" in case:  # steps were skipped, and the checkpoint's scale is not the default one
+        assert straight.optimizer.state_dict()["state"][0]["step"] < straight.step
+        assert state["grad_scaler"]["scale"] != torch.amp.GradScaler("cpu").get_scale()
+        assert state["grad_scaler"]["growth_interval"] == 3
     assert [row["step"] for row in straight.metrics][-1] == case["steps"]
     assert all("valid_loss" in row for row in straight.metrics)
 
@@ -666,7 +707,7 @@ def test_recovery_after_non_finite_loss_is_clean(tmp_path, monkeypatch):
     assert_same_params(params(again.model), params(fresh.model))
 
 
-# --- evaluation, bf16, time limit ------------------------------------------------------------------------------------
+# --- evaluation, bf16, fp16, time limit ------------------------------------------------------------------------------
 
 def test_evaluate_reports_token_mean_nll_and_perplexity():
     """evaluate's loss is the NLL per target token over all pairs, ppl = exp(loss), and the model's mode is kept."""
@@ -686,8 +727,8 @@ def test_evaluate_reports_token_mean_nll_and_perplexity():
 
 def test_bf16_training_runs_on_cpu():
     """bf16 autocast trains a couple of steps on CPU with finite losses and finite, updated weights."""
-    t = new_trainer(TrainConfig(max_tokens=64, max_steps=2, warmup=2, bf16=True, eval_every=1), make_pairs(12, 0),
-                    valid_pairs=make_pairs(4, 5))
+    t = new_trainer(TrainConfig(max_tokens=64, max_steps=2, warmup=2, precision="bf16", eval_every=1),
+                    make_pairs(12, 0), valid_pairs=make_pairs(4, 5))
     before = params(t.model)
     metrics = t.fit()
     assert t.step == 2 and [row["step"] for row in metrics] == [1, 2]
@@ -695,6 +736,88 @@ def test_bf16_training_runs_on_cpu():
     after = params(t.model)
     assert all(torch.isfinite(p).all() for p in after.values())
     assert any(not torch.equal(after[k], before[k]) for k in after)
+
+
+def cpu_autocasts_fp16() -> bool:
+    "Whether this torch autocasts matrix products to float16 on the CPU."
+    try:
+        with torch.autocast("cpu", dtype=torch.float16):
+            return (torch.ones(2, 2) @ torch.ones(2, 2)).dtype == torch.float16
+    except RuntimeError:
+        return False
+
+
+needs_cpu_fp16 = pytest.mark.skipif(not cpu_autocasts_fp16(), reason="this torch cannot autocast fp16 on the CPU")
+
+
+def reverse_pairs(n: int, seed: int) -> list[tuple[list[int], list[int]]]:
+    "n sequences of 3 to 8 of the words 3..12, each paired with itself reversed: a task a tiny model learns."
+    g = torch.Generator().manual_seed(seed)
+    seqs = [torch.randint(3, 13, (int(k),), generator=g).tolist() for k in torch.randint(3, 9, (n,), generator=g)]
+    return [(s, s[::-1]) for s in seqs]
+
+
+@needs_cpu_fp16
+def test_fp16_with_a_gradient_scaler_learns_on_cpu():
+    """fp16 autocast with the gradient scaler learns to reverse sequences: the validation loss falls from about
+    ln 10 (a guess among 10 words) to a quarter of it, well within a generous cap; the scale is in every row."""
+    def learned(t: Trainer) -> bool:
+        return t.metrics[-1]["valid_loss"] < 0.25 * math.log(10)
+
+    t = new_trainer(TrainConfig(max_tokens=512, max_steps=1000, warmup=100, lr_factor=0.25, eval_every=25,
+                                precision="fp16"), reverse_pairs(2000, 0), model_cfg=model_config(),
+                    valid_pairs=reverse_pairs(200, 1), stop_when=learned)
+    metrics = t.fit()  # about 200 steps on this project's machines (AVX-512 or AVX2 kernels)
+    assert t.scaler.is_enabled() and learned(t) and metrics[0]["valid_loss"] > 0.8 * math.log(10)
+    assert t.step < 1000 and all(row["loss_scale"] >= 1.0 for row in metrics)
+
+
+@needs_cpu_fp16
+def test_fp16_overflow_skips_the_step_without_raising():
+    """A scale so large that the scaled gradients overflow float16: the scaler skips the update (weights and Adam's
+    state untouched), halves its scale, and the step still counts; the next step, at a scale that fits, applies."""
+    t = new_trainer(TrainConfig(max_tokens=64, warmup=2, precision="fp16"), make_pairs(12, 0))
+    t.scaler = torch.amp.GradScaler("cpu", init_scale=2.0**40)
+    t.model.train()
+    stream, before = t.micro_batches(), params(t.model)
+    loss = t.train_step([next(stream)[0]])
+    assert math.isfinite(loss) and t.step == 1 and t.scheduler.last_epoch == 1
+    assert t.scaler.get_scale() == 2.0**39
+    assert_same_params(params(t.model), before)
+    assert all(int(state["step"]) == 0 for state in t.optimizer.state.values())
+    t.scaler.update(2.0**10)  # a scale that fits
+    t.train_step([next(stream)[0]])
+    assert any(not torch.equal(p, before[k]) for k, p in params(t.model).items())
+    assert all(int(state["step"]) == 1 for state in t.optimizer.state.values())
+
+
+@needs_cpu_fp16
+def test_fp16_non_finite_loss_still_stops_training(monkeypatch):
+    """In fp16 too, a non-finite *loss* is an error, not a step for the scaler to skip."""
+    t = new_trainer(TrainConfig(max_tokens=32, max_steps=2, warmup=2, precision="fp16"), make_pairs(12, 0))
+    poison_batch_loss(monkeypatch, from_call=1)
+    with pytest.raises(NonFiniteLossError, match=r"at step 1: "):
+        t.fit()
+
+
+@needs_cpu_fp16
+def test_fp16_clips_the_unscaled_gradient(monkeypatch):
+    """With clipping, the scaler unscales the gradients first: the norm that is clipped is the fp32 run's, not 2^16
+    times it."""
+    norms = {}
+
+    def recording(real):
+        def clip(parameters, max_norm):
+            norms[precision] = real(parameters, max_norm).item()
+        return clip
+
+    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", recording(torch.nn.utils.clip_grad_norm_))
+    for precision in ("fp32", "fp16"):
+        t = new_trainer(TrainConfig(max_tokens=64, warmup=2, clip_grad_norm=1e-3, precision=precision),
+                        make_pairs(12, 0))
+        t.scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10, enabled=precision == "fp16")
+        t.train_step([next(t.micro_batches())[0]])
+    assert norms["fp16"] == pytest.approx(norms["fp32"], rel=0.02)
 
 
 def test_max_minutes_stops_training_early(tmp_path):

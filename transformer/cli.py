@@ -26,6 +26,7 @@ from .distributed import RankFailedError, World, launch, resolve_device
 from .evaluation import (
     TEST_SPLITS, decoding_settings, evaluate_splits, file_pairs, save_decoding, tune_decoding, write_report)
 from .model import PRESETS
+from .training import PRECISIONS, precision_from_bf16
 from .translation import (
     RunConfig, load_run_config, load_translator, parse_run_config, train_run, translate_text)
 
@@ -58,9 +59,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="folder for checkpoints, metrics and the tokenizer")
     p.add_argument("--data-dir", help="folder with the Multi30k .gz files (default: $MULTI30K_DIR, else download)")
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its latest checkpoint")
-    p.add_argument("--bf16", choices=["auto", "on", "off"],
-                   help="bfloat16 autocast; auto: on where the hardware has it and a probe finds it faster "
-                        "(default: the config's setting, else auto)")
+    p.add_argument("--precision", choices=PRECISIONS,
+                   help="auto: bf16, else fp16 with a gradient scaler, where the device computes it natively and a "
+                        "probe finds it faster, else fp32 (default: the config's setting, else auto)")
+    p.add_argument("--bf16", choices=["auto", "on", "off"], help="the older form of --precision: on = bf16, off = fp32")
     p.add_argument("--keep-last", type=int, help="checkpoints to keep")
     p.add_argument("--seed", type=int, help="initialisation, batch order and dropout (default: the config's, else 0)")
     p.add_argument("--max-steps", type=int, help="optimizer steps")
@@ -156,8 +158,10 @@ def launch_train(args: argparse.Namespace) -> None:
 def run_config(args: argparse.Namespace) -> RunConfig:
     "The run's configuration: the config file (or the preset) with the command line's settings over it."
     run = load_run_config(args.config) if args.config else RunConfig(preset=args.preset or "small")
-    bf16 = {"auto": "auto", "on": True, "off": False, None: None}[args.bf16]
-    overrides = {k: v for k, v in (("bf16", bf16), ("keep_last", args.keep_last), ("seed", args.seed),
+    precision = args.precision
+    if args.bf16 is not None:  # the older flag; with --precision, they must agree
+        precision = precision_from_bf16({"auto": "auto", "on": True, "off": False}[args.bf16], precision)
+    overrides = {k: v for k, v in (("precision", precision), ("keep_last", args.keep_last), ("seed", args.seed),
                                    ("max_steps", args.max_steps), ("max_minutes", args.max_minutes)) if v is not None}
     data = {k: getattr(args, k) for k in ("src_lang", "tgt_lang", "train_src", "train_tgt", "valid_src", "valid_tgt")
             if getattr(args, k) is not None}

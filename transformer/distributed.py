@@ -123,7 +123,7 @@ def all_reduce_sum(x: Tensor, world: World) -> Tensor:
 
 
 def broadcast_object(obj: Any, world: World) -> Any:
-    "Rank 0's `obj` on every process: decisions that must agree (bf16 or not, stop or go on)."
+    "Rank 0's `obj` on every process: decisions that must agree (the precision, stop or go on)."
     if world.size == 1:
         return obj
     box = [obj]

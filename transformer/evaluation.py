@@ -22,7 +22,7 @@ from .checkpoint import CheckpointError, latest_checkpoint, write_atomically
 from .data import DATA_DIR_ENV, MULTI30K_SPLITS, MULTI30K_URL, DataError, load_split, read_text_lines
 from .decoding import translate_ids
 from .model import Transformer, record_attention
-from .hardware import machine_description
+from .hardware import machine_description, precision_of
 from .training import make_batch
 from .translation import bleu, git_commit, load_translator, translate_text
 
@@ -205,7 +205,8 @@ def write_report(model_dir: Path, report_dir: Path, results: dict[str, dict], de
                "train_steps": state.get("step"),
                "epochs": metrics[-1]["epoch"] if metrics else state.get("epoch"),  # fractional where it ends mid-epoch
                "tokens_per_s": round(state.get("tokens_seen", 0) / max(state.get("train_seconds", 0), 1e-9)),
-               "bf16": run.get("precision", {}).get("bf16"), "parameters": sum(p.numel() for p in model.parameters()),
+               "precision": precision_of(run["precision"]) if "precision" in run else None,
+               "parameters": sum(p.numel() for p in model.parameters()),
                "validation": curve_summary(metrics),
                "commit": trained.get("commit", "unknown"), "machine": trained.get("machine", "unknown"),
                "evaluated_at_commit": git_commit(), "evaluated_on": machine_description(),

@@ -29,7 +29,7 @@ from transformer.distributed import (
 from .model import Transformer
 from .training import (
     Batch, TokenBatchSampler, TrainConfig, batch_loss, cooldown_factor, evaluate, make_batch, make_optimizer)
-from .hardware import choose_bf16, keep_freed_memory
+from .hardware import autocast, choose_precision, grad_scaler, keep_freed_memory, precision_of
 
 
 # %% ../nbs/04d_trainer.ipynb #f92754b1
@@ -127,10 +127,10 @@ class Trainer:
         self.time_up, self._step_start = False, None  # rank 0's verdict on the time budget, shared every step
         if self.device.type == "cpu":  # large tensors reuse freed memory instead of fresh pages every step
             keep_freed_memory()
-        # bf16 or not, and why: rank 0 probes, every rank follows
-        self.precision = broadcast_object(choose_bf16(cfg.bf16, self.device, self.probe_step)
+        # the precision, and why: rank 0 probes, every rank follows
+        self.precision = broadcast_object(choose_precision(cfg.precision, self.device, self.probe_step)
                                           if world.is_main else None, world)
-        self.bf16: bool = self.precision["bf16"]
+        self.scaler = grad_scaler(self.precision["precision"], self.device)  # fp16's loss scaling (else none)
         if world.rank:  # every rank its own dropout masks (DDP gives them all rank 0's weights)
             torch.manual_seed(cfg.seed * 1_000_003 + world.rank)
         self.loss_fn = data_parallel(BatchLoss(self.model, cfg.label_smoothing), world, self.device)
@@ -147,14 +147,14 @@ class Trainer:
 
     @functools.cached_property
     def probe_batch(self) -> Batch:
-        "The first training batch, on the device: what the bf16 probe times (built once, only if it is needed)."
+        "The first training batch, on the device: what the precision probe times (built once, if it is needed)."
         idx = self.sampler.batches(0)[0]
         return make_batch([self.train_pairs[i] for i in idx], self.model.cfg).to(self.device)
 
-    def probe_step(self, bf16: bool) -> None:
-        "Forward and backward on the first training batch, for `choose_bf16`; weights and RNGs stay as they were."
+    def probe_step(self, precision: str) -> None:
+        "Forward and backward of the first training batch, for `choose_precision`; weights and RNGs stay as they were."
         rng = rng_tensors()
-        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=bf16):
+        with autocast(self.device, precision):
             loss, _ = batch_loss(self.model, self.probe_batch, self.cfg.label_smoothing)
         loss.backward()
         self.model.zero_grad(set_to_none=True)
@@ -171,9 +171,9 @@ class Trainer:
             batch = make_batch([self.train_pairs[i] for i in mine or idx[:1]], self.model.cfg).to(self.device)
             weight = self.world.size / n_tokens if mine else 0.0  # × size: DDP averages the ranks' gradients
             with gradient_sync(self.loss_fn, k == len(micro) - 1):
-                with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
+                with autocast(self.device, self.precision["precision"]):
                     loss, _ = self.loss_fn(batch.src, batch.tgt_in, batch.tgt_out, batch.target_rows)
-                (loss * weight).backward()
+                self.scaler.scale(loss * weight).backward()  # fp16: scaled, so that small gradients stay above 0
             if mine:
                 total += loss.detach()
         started = self._step_start if self._step_start is not None else time.perf_counter()
@@ -192,8 +192,13 @@ class Trainer:
                 f"The last checkpoint ({self.latest_checkpoint() or 'none written yet'}) is intact; "
                 "try a smaller lr_factor, gradient clipping or a longer warmup")
         if self.cfg.clip_grad_norm:
+            self.scaler.unscale_(self.optimizer)  # fp16: clip the true gradient, not the scaled one
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.clip_grad_norm)
-        self.optimizer.step()
+        # fp16: where a gradient overflowed, the scaler skips the update and halves its scale. The step still counts
+        # for the schedule, the cooldown and the budget: the budget is in steps (and this step's batches are spent),
+        # skips are rare once the scale has settled, and telling them apart would cost a host synchronisation.
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
         self.scheduler.step()
         if self.cfg.cooldown:  # the same factor on every rank: rank 0's clock decided it
             for group, rate in zip(self.optimizer.param_groups, self.scheduler.get_last_lr()):
@@ -262,6 +267,8 @@ class Trainer:
         if self.valid_pairs:
             valid = evaluate(self.model, self.valid_pairs, self.cfg.max_tokens, self.device)
             row |= {"valid_loss": valid["loss"], "valid_ppl": valid["ppl"]}
+        if self.scaler.is_enabled():
+            row["loss_scale"] = self.scaler.get_scale()
         if self.on_eval is not None:
             row |= self.on_eval(self)
         self.metrics.append(row)
@@ -299,7 +306,7 @@ class Trainer:
         state = {"step": self.step, "epoch": self.epoch, "position": self.position, "train_seconds": self.train_seconds,
                  "tokens_seen": self.tokens_seen, "since_eval": self._since_eval,
                  "scheduler": self.scheduler.state_dict(), "metrics": self.metrics, "train_config": asdict(self.cfg),
-                 "precision": self.precision, "world_size": self.world.size}
+                 "precision": self.precision, "grad_scaler": self.scaler.state_dict(), "world_size": self.world.size}
         rng = rng_tensors() if rng is None else rng  # a data-parallel run passes every rank's generators
         return save_training_checkpoint(self.checkpoint_dir, self.step, self.model, self.optimizer, state, rng,
                                         self.extra_files, self.cfg.keep_last)
@@ -324,8 +331,9 @@ class Trainer:
         if state.get("world_size", 1) != self.world.size and self.world.is_main:
             print(f"resuming a run of {state.get('world_size', 1)} process(es) with {self.world.size}: every step still"
                   " covers the same sentences; only dropout draws differ from an uninterrupted run", file=sys.stderr)
-        if self.cfg.bf16 == "auto":  # keep the numerics the run started with, whatever a new probe would say
-            self.precision = state.get("precision") or {"setting": "auto", "reason": "resumed a run without a record",
-                                                        "bf16": state.get("train_config", {}).get("bf16") is True}
-            self.bf16 = self.precision["bf16"]
+        if self.cfg.precision == "auto":  # keep the numerics the run started with, whatever a new probe would say
+            started = state.get("precision") or {"setting": "auto", "reason": "resumed a run without a record",
+                                                 "bf16": state.get("train_config", {}).get("bf16") is True}
+            self.precision = started | {"precision": precision_of(started)}  # older records name only bf16
+        self.scaler = grad_scaler(self.precision["precision"], self.device, state.get("grad_scaler"))
         return path

@@ -40,7 +40,7 @@ class RunConfig:
 
     preset: str = "small"                             # a key of the kind's presets (transformer.model.PRESETS)
     model: dict = field(default_factory=dict)         # fields of the kind's configuration to override
-    train: TrainConfig = field(default_factory=lambda: TrainConfig(bf16="auto"))  # bf16 where it is faster
+    train: TrainConfig = field(default_factory=lambda: TrainConfig(precision="auto"))  # 16-bit where faster
     vocab_size: int = 8000                            # size of the shared BPE vocabulary
     src_lang: str = "de"                              # Multi30k language codes: de, en, fr, cs
     tgt_lang: str = "en"
@@ -89,7 +89,10 @@ def parse_run_config(d: dict, source: str = "the configuration") -> RunConfig:
     if data.get("valid_src") and not data.get("train_src"):
         raise ValueError(f"{source}: valid_src/valid_tgt need train_src/train_tgt (Multi30k brings its own)")
     try:
-        train = TrainConfig.from_dict({"bf16": "auto", **d.get("train", {})})
+        settings = dict(d.get("train", {}))
+        if "precision" not in settings and "bf16" not in settings:  # a run's default: the fastest native precision
+            settings["precision"] = "auto"
+        train = TrainConfig.from_dict(settings)
         run = RunConfig(preset, model, train, **data, kind=kind, task=task)
         if not isinstance(run.vocab_size, int) or run.vocab_size < 16:
             raise ValueError(f"vocab_size must be an integer of at least 16, got {run.vocab_size!r}")
@@ -241,7 +244,7 @@ def train_tokenized(run: RunConfig, out: Path, tokenizer: Tokenizer, train_text:
                       file=sys.stderr)
     if resume:
         trainer.resume()
-    elif world.is_main:  # what ran where, and whether bf16 was used and why
+    elif world.is_main:  # what ran where, in which precision and why
         provenance = {"commit": git_commit(), "machine": machine_description(), "transformer_version": __version__,
                       "device": str(device), "processes": world.size}
         record = {**run.to_dict(), "precision": trainer.precision, "corpus": counts, "provenance": provenance}
