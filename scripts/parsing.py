@@ -2,10 +2,11 @@
 checkpoint with the best development F1 (wsj_0180–0189, constrained greedy decoding), score test (wsj_0190–0199)
 with EVALB's rules beside two baselines, run the diagnostics, and write results/parsing.json for the chapter.
 
-    python scripts/parsing.py [--preset small] [--max-minutes 20] [--patience 4] [--diagnostic-minutes 5]
+    python scripts/parsing.py [--leaves words] [--d-model 128] [--max-minutes 20] [--diagnostic-minutes 5]
 
 Training stops when dev F1 has not improved for `--patience` evaluations, or at `--max-minutes` / `--max-steps`.
-The diagnostics (a blanked source, 25% and 50% of the training trees) train the same way under the smaller budget.
+The diagnostics (a blanked source, XX leaves when the main run copies words, 25% and 50% of the training
+trees) train the same way under the smaller budget.
 """
 
 import argparse
@@ -14,7 +15,7 @@ import random
 import shlex
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import torch
@@ -137,6 +138,11 @@ def main() -> None:
     blank_model, blank_run = train("blank", train_trees, dev, words, labels, cfg, args, budget, blank=True)
     diagnostics["blank_source"] = blank_run | {"test": score(test, parse(blank_model, words, labels,
                                                                          sentences(test, blank=True), beam_size=1))}
+    if args.leaves == "words":  # the paper's XX leaves, trained the same way under the diagnostic budget
+        xx_cfg = replace(cfg, tgt_vocab_size=len(labels))
+        xx_model, xx_run = train("xx_leaves", train_trees, dev, words, labels, xx_cfg, args, budget)
+        diagnostics["xx_leaves"] = xx_run | {"test": score(test, parse(xx_model, words, labels, test_words,
+                                                                       beam_size=1))}
     curve = []
     for fraction in (0.25, 0.5):
         part = train_trees[: round(fraction * len(train_trees))]  # whole files, in order

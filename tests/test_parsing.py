@@ -146,6 +146,17 @@ def test_copied_leaves_are_the_source_words_in_order():
             assert linearize(delinearize(tokens, ["w"] * len(src))) == tokens
 
 
+def test_a_copied_leaf_is_scored_as_any_word():
+    n_labels = len(LABELS)  # the model spreads the leaf over many words: the forced word gets their total
+    logits = torch.full((1, n_labels + 10), -50.0)
+    logits[0, n_labels:] = 0.0                          # ten words equally likely: log 10 for "a word comes"
+    logits[0, LABELS.stoi["(NP"]] = 1.0                 # a bracket, likelier than any one word but not than all ten
+    tokens = torch.tensor([[1, *LABELS.encode(["(S"])]])
+    TreeConstraint(LABELS)(logits, tokens, torch.tensor([[7, 8, 2]]), torch.tensor([100]))
+    assert logits[0, n_labels + 7].item() == pytest.approx(torch.tensor(10.0).log().item())
+    assert logits.argmax().item() == n_labels + 7 and torch.isinf(logits[0, n_labels + 8])
+
+
 def test_parse_refuses_empty_sentences():
     model = Transformer(TransformerConfig.preset("tiny", src_vocab_size=10, tgt_vocab_size=len(LABELS),
                                                           tie_embeddings=False))

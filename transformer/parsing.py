@@ -298,8 +298,10 @@ class TreeConstraint:
         allowed = torch.zeros_like(logits, dtype=torch.bool)
         allowed[:, kinds == 1] = (((d > 0) | (t == 0)) & (x < n) & room & (run < self.max_run))[:, None]
         leaf = ((d > 0) & (x < n))[:, None]
-        if copying:  # the leaf is the next source word itself
-            allowed.scatter_(1, n_labels + src.gather(1, x.clamp(max=src.size(1) - 1)[:, None]), leaf)
+        if copying:  # the leaf is the next source word itself, as likely as writing any word here
+            word = n_labels + src.gather(1, x.clamp(max=src.size(1) - 1)[:, None])
+            logits.scatter_(1, word, logits[:, n_labels:].logsumexp(-1, keepdim=True))
+            allowed.scatter_(1, word, leaf)
         else:
             allowed[:, kinds == 3] = leaf
         close = (d > 0) & (words_inside > 0) & ((d > 1) | (x == n))       # the root closes after the last word
