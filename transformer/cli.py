@@ -5,7 +5,7 @@
 # %% auto #0
 __all__ = ['LANGUAGES', 'COMMANDS', 'add_decoding_args', 'build_parser', 'without_nproc', 'launch_train', 'run_config',
            'cmd_train', 'read_sentences', 'check_decoding_args', 'cmd_translate', 'cmd_evaluate', 'cmd_tune',
-           'cmd_average', 'cmd_generate', 'main']
+           'cmd_average', 'cmd_generate', 'cmd_export', 'main']
 
 # %% ../nbs/08_cli.ipynb #71609bbb
 import argparse
@@ -128,6 +128,12 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--run", help="a training output folder: average its last --last checkpoints")
     group.add_argument("--checkpoints", nargs="+", help="checkpoint folders to average")
     p.add_argument("--last", type=int, default=5, help="how many of the run's last checkpoints (default 5)")
+
+    p = sub.add_parser("export", help="write a model for an inference engine: ONNX or CTranslate2 (chapter 11)")
+    p.add_argument("--model", required=True, help="a model folder: a checkpoint or an average")
+    p.add_argument("--format", required=True, help="onnx (encoder and decoder-step graphs) or ctranslate2")
+    p.add_argument("--out", required=True, help="the folder to write")
+    p.add_argument("--int8", action="store_true", help="store the weight matrices as 8-bit integers")
     return parser
 
 # %% ../nbs/08_cli.ipynb #6215d493
@@ -286,8 +292,14 @@ def cmd_generate(args: argparse.Namespace) -> None:
         print(tokenizer.decode([*prompt, *ids]))
 
 
+def cmd_export(args: argparse.Namespace) -> None:
+    from .export import export_folder  # the engines are optional packages, imported only here
+
+    print(f"wrote {args.format} export to {export_folder(args.model, args.format, args.out, args.int8)}")
+
+
 COMMANDS = {"train": cmd_train, "translate": cmd_translate, "evaluate": cmd_evaluate, "tune": cmd_tune,
-            "generate": cmd_generate, "average": cmd_average}
+            "generate": cmd_generate, "average": cmd_average, "export": cmd_export}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
