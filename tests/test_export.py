@@ -141,8 +141,8 @@ def test_int8_weights_mostly_agree(trained, sample, tmp_path):
 
 
 def cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([str(EXE), "export", *args], capture_output=True, text=True, env={**os.environ, **(env or {})},
-                          timeout=300)
+    return subprocess.run([str(EXE), "export", *args], capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, timeout=300)
 
 
 @pytest.fixture(scope="module")
