@@ -48,13 +48,13 @@ class RunConfig:
     train_tgt: str = ""
     valid_src: str = ""                               # optional validation files of the same kind
     valid_tgt: str = ""
-    kind: str = "encoder-decoder"                     # or "decoder-only" (chapter 9e)
+    kind: str = "encoder-decoder"                     # or "decoder-only"
     task: str = "translation"                         # or "language-model": the target side alone, no source
 
     def model_config(self, vocab_size: int) -> TransformerConfig:
         "The model's configuration for a tokenizer of `vocab_size` tokens."
         config_class, _ = model_classes(self.kind)
-        sizes = (dict(vocab_size=vocab_size) if self.kind == "decoder-only"
+        sizes = (dict(vocab_size=vocab_size, task=self.task) if self.kind == "decoder-only"
                  else dict(src_vocab_size=vocab_size, tgt_vocab_size=vocab_size))
         return config_class.preset(self.preset, **self.model, **sizes)
 
@@ -119,12 +119,17 @@ def load_run_config(path: str | Path) -> RunConfig:
     return parse_run_config(d, str(path))
 
 # %% ../nbs/07b_translation.ipynb #d47b681b
-def load_translator(folder: str | Path, device: str = "cpu") -> tuple[Transformer, Tokenizer]:
-    "The model and tokenizer of a model folder, checked against each other."
+def load_translator(folder: str | Path, device: str = "cpu",
+                    purpose: str = "translate") -> tuple[Transformer, Tokenizer]:
+    "The model and tokenizer of a model folder, checked against each other and against the `purpose`."
     folder = Path(folder)
     if not folder.is_dir():
         raise CheckpointError(f"model folder {folder} not found")
     model = load_model_dir(folder, device)
+    if purpose == "translate" and getattr(model.cfg, "task", "translation") != "translation":
+        raise CheckpointError(f"{folder} holds a {model.cfg.task} model, which cannot translate (generate with it)")
+    if purpose == "generate" and model.cfg.kind != "decoder-only":
+        raise CheckpointError(f"{folder} holds an {model.cfg.kind} model; generate needs a decoder-only one")
     tokenizer_path = folder / "tokenizer.json"
     if not tokenizer_path.is_file():
         raise CheckpointError(f"{folder} has no tokenizer.json: it is not a translation model folder")
