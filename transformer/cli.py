@@ -9,7 +9,6 @@ __all__ = ['LANGUAGES', 'COMMANDS', 'add_decoding_args', 'build_parser', 'withou
 
 # %% ../nbs/08_cli.ipynb #71609bbb
 import argparse
-import json
 import os
 import shutil
 import sys
@@ -19,7 +18,7 @@ from pathlib import Path
 import torch.distributed as dist
 
 from . import __version__
-from .checkpoint import CheckpointError, latest_checkpoint, save_average
+from .checkpoint import CheckpointError, latest_checkpoint, save_average, write_json
 from .data import DataError, load_split
 from .decoder_only import check_sampling, generate  # and its model kind becomes loadable
 from .distributed import RankFailedError, World, launch, resolve_device
@@ -267,7 +266,7 @@ def cmd_average(args: argparse.Namespace) -> None:
         raise CheckpointError("the checkpoints do not share one tokenizer.json")
     out = save_average(folders, args.out)
     shutil.copy(folders[0] / "tokenizer.json", out / "tokenizer.json")
-    (out / "averaged.json").write_text(json.dumps([str(f.resolve()) for f in folders], indent=1))
+    write_json(out / "averaged.json", [str(f.resolve()) for f in folders])
     print(f"averaged {len(folders)} checkpoints ({', '.join(f.name for f in folders)}) into {out}")
 
 
