@@ -9,7 +9,6 @@ __all__ = ['LANGUAGES', 'COMMANDS', 'add_decoding_args', 'build_parser', 'withou
 
 # %% ../nbs/08_cli.ipynb #71609bbb
 import argparse
-import json
 import os
 import shutil
 import sys
@@ -19,9 +18,9 @@ from pathlib import Path
 import torch.distributed as dist
 
 from . import __version__
-from .checkpoint import CheckpointError, latest_checkpoint
+from .checkpoint import CheckpointError, latest_checkpoint, save_average, write_json
 from .data import DataError, load_split
-from .decoding import save_average
+from .decoder_only import check_sampling, generate  # and its model kind becomes loadable
 from .distributed import RankFailedError, World, launch, resolve_device
 from .evaluation import (
     TEST_SPLITS, decoding_settings, evaluate_splits, file_pairs, save_decoding, tune_decoding, write_report)
@@ -108,7 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=64, help="sentences decoded together (default 64)")
     p.add_argument("--device", default="auto", help="auto (CUDA if present, else CPU), cpu, cuda or cuda:N")
 
-    p = sub.add_parser("generate", help="sample text from a decoder-only model, e.g. a language model (chapter 9e)")
+    p = sub.add_parser("generate", help="sample text from a decoder-only model, e.g. a language model")
     p.add_argument("--model", required=True, help="a decoder-only model folder")
     p.add_argument("--prompt", default="", help="text to continue (default: none, a sentence from its start)")
     p.add_argument("--source", default="", help="a source sentence, for a model trained to translate")
@@ -273,18 +272,13 @@ def cmd_average(args: argparse.Namespace) -> None:
         raise CheckpointError("the checkpoints do not share one tokenizer.json")
     out = save_average(folders, args.out)
     shutil.copy(folders[0] / "tokenizer.json", out / "tokenizer.json")
-    (out / "averaged.json").write_text(json.dumps([str(f.resolve()) for f in folders], indent=1))
+    write_json(out / "averaged.json", [str(f.resolve()) for f in folders])
     print(f"averaged {len(folders)} checkpoints ({', '.join(f.name for f in folders)}) into {out}")
 
 
 def cmd_generate(args: argparse.Namespace) -> None:
-    from .decoder_only import check_sampling, generate  # the model of chapter 9e
-
     check_sampling(args.temperature, args.top_k, args.top_p)
-    model, tokenizer = load_translator(args.model, resolve_device(args.device))
-    if model.cfg.kind != "decoder-only":
-        raise ValueError(f"{args.model} holds an encoder-decoder model; generate needs a decoder-only one "
-                         "(translate with this one)")
+    model, tokenizer = load_translator(args.model, resolve_device(args.device), purpose="generate")
     prompt = tokenizer.encode(args.prompt).ids
     source = tokenizer.encode(args.source).ids if args.source else ()
     for ids in generate(model, prompt, args.samples, args.max_new_tokens, args.greedy, args.temperature,
