@@ -12,7 +12,6 @@ __all__ = ['FORMATS', 'INSTALL', 'AXES', 'GRAPHS', 'ExportError', 'optional', 'm
 import importlib
 import json
 import shutil
-import tempfile
 import warnings
 from collections.abc import Sequence
 from itertools import groupby
