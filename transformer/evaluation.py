@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 from tokenizers import Tokenizer
 
-from .checkpoint import CheckpointError, latest_checkpoint, write_atomically, write_json
+from .checkpoint import AVERAGED_FILE, CheckpointError, latest_checkpoint, write_atomically, write_json
 from .data import DATA_DIR_ENV, MULTI30K_SPLITS, MULTI30K_URL, DataError, load_split, read_text_lines
 from .decoding import translate_ids
 from .model import Transformer, record_attention
@@ -157,7 +157,7 @@ def attention_maps(model: Transformer, tokenizer: Tokenizer, source: str, beam_s
 # %% ../nbs/07c_evaluation.ipynb #cafbbc5c
 def run_folder(model_dir: Path) -> tuple[Path | None, list[str]]:
     "The training run a model folder comes from (a checkpoint's run, or an average's), and the averaged checkpoints."
-    averaged = json.loads((model_dir / "averaged.json").read_text()) if (model_dir / "averaged.json").is_file() else []
+    averaged = json.loads((model_dir / AVERAGED_FILE).read_text()) if (model_dir / AVERAGED_FILE).is_file() else []
     origin = Path(averaged[0]) if averaged else model_dir
     return next((p for p in (origin, *origin.parents) if (p / "run.json").is_file()), None), averaged
 
