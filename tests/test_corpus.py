@@ -6,7 +6,8 @@ import json
 import pytest
 import torch
 
-from transformer.cli import main, without_nproc
+from transformer.cli import main
+from transformer.distributed import without_nproc
 
 from corpus import write_corpus
 

@@ -9,7 +9,7 @@ from torch import nn
 from torch.testing import assert_close
 
 from transformer.attention import subsequent_mask
-from transformer.checkpoint import load_model_dir, save_model_files
+from transformer.checkpoint import average_checkpoints, load_model_dir, save_model_files
 from transformer.cli import main
 from transformer.decoder_only import DecoderOnly, DecoderOnlyConfig, generate
 from transformer.decoding import translate_ids
@@ -112,6 +112,19 @@ def test_checkpoint_round_trip_keeps_the_kind(tmp_path):
         assert_close(loaded(tokens), model(tokens))
 
 
+def test_decoder_only_checkpoints_average_into_a_decoder_only_model(tmp_path):
+    """Averaging builds the class of the checkpoints' kind: the mean of two decoder-only models, weight by weight."""
+    models = [make_decoder_only(seed) for seed in (4, 5)]
+    for i, model in enumerate(models):
+        (tmp_path / str(i)).mkdir()
+        save_model_files(model, tmp_path / str(i))
+    mean = average_checkpoints([tmp_path / "0", tmp_path / "1"])
+    assert isinstance(mean, DecoderOnly) and mean.cfg == models[0].cfg
+    for name, w in mean.state_dict().items():
+        expected = (models[0].state_dict()[name].double() + models[1].state_dict()[name].double()) / 2
+        assert torch.equal(w, expected.to(w.dtype)), name
+
+
 @pytest.mark.parametrize("bad, message", [
     (dict(prompt=list(range(3, 300))), "context holds 256"),
     (dict(top_p=0.0), "top_p must be in (0, 1]"),
@@ -184,3 +197,12 @@ def test_language_model_task_trains_on_the_target_side(tmp_path, capsys, monkeyp
     assert code == 0, err
     metrics = (tmp_path / "lm/metrics.csv").read_text()
     assert "valid_ppl" in metrics and "valid_bleu" not in metrics.splitlines()[0]  # no translation to score
+    checkpoint = sorted((tmp_path / "lm/checkpoints").glob("step-*"))[-1]
+    assert load_model_dir(checkpoint).cfg.task == "language-model"
+    (tmp_path / "src.txt").write_text("der hund spielt\n")
+    for command in (["translate", "der hund spielt"], ["evaluate", "--src", "src.txt", "--ref", "src.txt"]):
+        code, _, err = run(capsys, command[0], "--model", str(checkpoint), *command[1:])
+        assert code == 2 and "language-model model, which cannot translate" in err, err
+        assert len(err.strip().splitlines()) == 1
+    code, out, err = run(capsys, "generate", "--model", str(checkpoint), "--prompt", "the", "--max-new-tokens", "3")
+    assert code == 0 and out.startswith("the"), err

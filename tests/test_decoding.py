@@ -10,10 +10,10 @@ from torch.testing import assert_close
 
 from conftest import BOS, PAD, make_model, padded_tokens, randomize_vectors
 from transformer.attention import padding_mask
-from transformer.decoding import (average_checkpoints, beam_search, greedy_decode, length_penalty, output_limits,
-                                  save_average, translate_ids)
+from transformer.decoding import beam_search, greedy_decode, length_penalty, output_limits, translate_ids
 from transformer.model import KVCache, Transformer, TransformerConfig
-from transformer.checkpoint import CheckpointError, load_model_dir, save_model_files, write_atomically
+from transformer.checkpoint import (CheckpointError, average_checkpoints, load_model_dir, save_average, save_model_files,
+                                    write_atomically)
 
 EOS = 2
 TOL = dict(atol=1e-5, rtol=1e-5)

@@ -1,8 +1,12 @@
 """The machine's description, the precision decision ("auto" probes only the 16-bit types native here), and early
 stopping."""
 
+import ast
 import json
 import math
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -34,11 +38,24 @@ def test_machine_description_names_instruction_sets_and_kernels():
         assert "AVX2" in isa and "AVX2" in machine_description()
 
 
-def test_native_bf16_on_this_cpu_follows_its_instruction_sets():
-    """The CPU has native bf16 exactly when it has AVX512-BF16 or AMX-BF16; the reason says which."""
-    native, reason = native_bf16("cpu")
-    assert native == bool({"AVX512-BF16", "AMX-BF16"} & set(cpu_isa()))
-    assert ("has" if native else "neither") in reason
+def bf16_verdict(**env: str) -> tuple[bool, str]:
+    "native_bf16('cpu') in a fresh interpreter whose oneDNN settings are `env` (none: oneDNN's own choice)."
+    clean = {k: v for k, v in os.environ.items() if k not in ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA")}
+    out = subprocess.run([sys.executable, "-c", "from transformer.hardware import native_bf16; "
+                          "print(repr(native_bf16('cpu')))"], env=clean | env, capture_output=True, text=True,
+                         check=True).stdout
+    return ast.literal_eval(out)
+
+
+@pytest.mark.parametrize("held_below", [False, True], ids=["oneDNN free", "oneDNN held to AVX2"])
+def test_native_bf16_on_this_cpu_follows_its_instruction_sets(held_below):
+    """Native bf16 exactly when the CPU has AVX512-BF16 or AMX-BF16 and oneDNN may use them; the reason says why."""
+    flags = {"AVX512-BF16", "AMX-BF16"} & set(cpu_isa())
+    native, reason = bf16_verdict(**({"ONEDNN_MAX_CPU_ISA": "AVX2"} if held_below else {}))
+    assert native == (bool(flags) and not held_below)
+    assert all(flag in reason for flag in flags) and ("emulated" in reason) != native
+    if flags and held_below:
+        assert "held below" in reason
     assert native_bf16("meta") == (False, "no bf16 check for meta devices")
 
 

@@ -5,7 +5,7 @@
 # %% auto #0
 __all__ = ['MULTI30K_URL', 'MULTI30K_SPLITS', 'MULTI30K_SHA256', 'DATA_DIR_ENV', 'SPECIAL_TOKENS', 'DataError', 'sha256',
            'cache_dir', 'check_file', 'multi30k_file', 'download_checked', 'read_lines', 'load_split',
-           'read_text_lines', 'read_parallel', 'train_bpe', 'check_tokenizer', 'encode_pairs']
+           'read_text_lines', 'read_parallel', 'train_bpe', 'read_tokenizer', 'check_tokenizer', 'encode_pairs']
 
 # %% ../nbs/07_data.ipynb #6f58bb52
 import gzip
@@ -171,6 +171,13 @@ def train_bpe(sentences: Sequence[str], vocab_size: int) -> Tokenizer:
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     tokenizer.train_from_iterator(sentences, trainer)
     tokenizer.encode_special_tokens = True  # a literal "<s>" in a sentence is text, not the start symbol
+    return tokenizer
+
+
+def read_tokenizer(path: str | Path) -> Tokenizer:
+    "A tokenizer that `train_bpe` made, read from its file and set up as trained (the file does not keep the flag)."
+    tokenizer = Tokenizer.from_file(str(path))
+    tokenizer.encode_special_tokens = True
     return tokenizer
 
 

@@ -15,6 +15,7 @@ import torch
 from torch import Tensor, nn
 
 from .attention import padding_mask, subsequent_mask
+from .checkpoint import register_kind
 from .decoding import restrict_logits_, strip_specials
 from .layers import (Embeddings, LearnedPositionalEncoding, SinusoidalPositionalEncoding, check_length,
                                 check_tokens)
@@ -41,6 +42,7 @@ class DecoderOnlyConfig:
     bos_id: int = 1              # <s>: starts the continuation (after a translation's source and its </s>)
     eos_id: int = 2              # </s>: ends the prompt (a source sentence) and the continuation
     prompt_loss: float = 0.0     # weight of the loss on the prompt's own tokens; 0: learn the continuation only
+    task: str = "translation"    # what it learned: a source then its translation, or "language-model" (text alone)
     kind: ClassVar[str] = "decoder-only"
 
     def __post_init__(self):
@@ -48,6 +50,8 @@ class DecoderOnlyConfig:
             raise ValueError(f"n_layers must be a positive integer, got {self.n_layers!r}")
         if not isinstance(self.prompt_loss, (int, float)) or self.prompt_loss < 0:
             raise ValueError(f"prompt_loss must be a non-negative weight, got {self.prompt_loss!r}")
+        if self.task not in ("translation", "language-model"):
+            raise ValueError(f"task must be 'translation' or 'language-model', got {self.task!r}")
         TransformerConfig(  # every other check is the encoder-decoder's
             src_vocab_size=self.vocab_size, tgt_vocab_size=self.vocab_size, d_model=self.d_model,
             n_heads=self.n_heads, d_k=self.d_k, n_encoder_layers=self.n_layers, n_decoder_layers=self.n_layers,
@@ -148,6 +152,9 @@ class DecoderOnly(nn.Module):
             prompt_loss, _ = label_smoothed_loss(self.generator(hidden[:, : S - 1][real]), following[real], smoothing)
             loss = loss + self.cfg.prompt_loss * prompt_loss
         return loss, nll
+
+# %% ../nbs/09e_decoder_only.ipynb #61bded79
+register_kind(DecoderOnlyConfig, DecoderOnly)
 
 # %% ../nbs/09e_decoder_only.ipynb #fb6c8dc5
 def filter_logits(logits: Tensor, top_k: int = 0, top_p: float = 1.0) -> Tensor:

@@ -4,12 +4,11 @@
 
 # %% auto #0
 __all__ = ['Constraint', 'output_limits', 'restrict_logits_', 'strip_specials', 'greedy_decode', 'length_penalty', 'Hypothesis',
-           'beam_search', 'translate_ids', 'average_checkpoints', 'save_average']
+           'beam_search', 'translate_ids']
 
 # %% ../nbs/05_decoding.ipynb #314c0981
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 from torch import Tensor
@@ -18,7 +17,7 @@ from .attention import padding_mask
 from .layers import check_tokens
 from .model import KVCache, Transformer
 from .training import pad_sequences
-from .checkpoint import CheckpointError, load_model_dir, read_config, save_model_files, write_atomically
+
 
 # %% ../nbs/05_decoding.ipynb #a9d514b9
 def output_limits(src: Tensor, model: Transformer, max_extra: int) -> Tensor:
@@ -169,25 +168,3 @@ def translate_ids(model: Transformer, sentences: Sequence[Sequence[int]], beam_s
         for i, tokens in zip(idx, results):
             out[i] = tokens
     return out
-
-# %% ../nbs/05_decoding.ipynb #5d09d81b
-def average_checkpoints(folders: Sequence[str | Path]) -> Transformer:
-    "A model whose weights are the mean of those in `folders`, which must share one configuration."
-    if not folders:
-        raise CheckpointError("no checkpoints to average")
-    configs = [read_config(f) for f in folders]
-    if any(c != configs[0] for c in configs):
-        raise CheckpointError("the checkpoints to average have different model configurations")
-    total: dict[str, Tensor] = {}
-    for folder in folders:
-        for name, w in load_model_dir(folder).state_dict().items():
-            total[name] = total.get(name, 0) + w.double()
-    model = Transformer(configs[0])
-    model.load_state_dict({name: (w / len(folders)).to(model.state_dict()[name].dtype) for name, w in total.items()})
-    return model.eval()
-
-
-def save_average(folders: Sequence[str | Path], out: str | Path) -> Path:
-    "Average `folders` and write the result atomically to `out` as a model folder."
-    model = average_checkpoints(folders)
-    return write_atomically(Path(out), lambda tmp: save_model_files(model, tmp))

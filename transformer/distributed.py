@@ -5,7 +5,7 @@
 # %% auto #0
 __all__ = ['RUN_CLI', 'World', 'resolve_device', 'init_world', 'shard', 'BatchLoss', 'data_parallel', 'gradient_sync',
            'all_reduce_sum', 'broadcast_object', 'gather_objects', 'leave_world', 'wait_for_all', 'barrier', 'rank_rng',
-           'my_rng', 'RankFailedError', 'launch', 'cause_first']
+           'my_rng', 'RankFailedError', 'without_nproc', 'launch', 'cause_first']
 
 # %% ../nbs/04c_data_parallel.ipynb #e2460de3
 import inspect
@@ -196,8 +196,21 @@ class RankFailedError(RuntimeError):
 RUN_CLI = ("-c", "import sys; from transformer.cli import main; sys.exit(main())")  # python RUN_CLI args = the command
 
 
+def without_nproc(argv: Sequence[str]) -> list[str]:
+    "The arguments less --nproc and its value: what each launched process is given."
+    out, skip = [], False
+    for arg in argv:
+        if skip or arg.startswith("--nproc="):
+            skip = False
+        elif arg == "--nproc":
+            skip = True
+        else:
+            out.append(arg)
+    return out
+
+
 def launch(nproc: int, argv: Sequence[str]) -> None:
-    "Run the command line with `argv` as `nproc` processes of this machine under torchrun's agent."
+    "Run the command line with `argv` (less its --nproc) as `nproc` processes of this machine under torchrun's agent."
     if nproc < 2:
         raise ValueError(f"--nproc must be at least 2 to launch several processes, got {nproc}")
     # the cores are shared out (torchrun itself sets one thread per process), so processes do not fight over them
@@ -205,7 +218,7 @@ def launch(nproc: int, argv: Sequence[str]) -> None:
     config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=nproc, run_id=f"transformer-{os.getpid()}",
                           rdzv_backend="c10d", rdzv_endpoint="localhost:0", max_restarts=0, monitor_interval=0.2)
     try:
-        elastic_launch(config, sys.executable)(*RUN_CLI, *argv)
+        elastic_launch(config, sys.executable)(*RUN_CLI, *without_nproc(argv))
     except ChildFailedError as e:
         rank, failure = min(e.failures.items(), key=lambda item: cause_first(item[1]))
         how = (f"was killed by {failure.signal_name()}" if failure.exitcode < 0

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import torch
 
+from .attention import cpu_has_bf16_matmul
 from .training import PRECISIONS
 
 
@@ -67,10 +68,11 @@ def native_bf16(device: torch.device | str) -> tuple[bool, str]:
         return native, f"{torch.cuda.get_device_name(device)} {'has' if native else 'lacks'} native bf16"
     if device.type != "cpu":
         return False, f"no bf16 check for {device.type} devices"
-    found = [name for name in ("AVX512-BF16", "AMX-BF16") if name in cpu_isa()]
-    if found:
-        return True, f"the CPU has {' and '.join(found)}"
-    return False, "the CPU has neither AVX512-BF16 nor AMX, so bf16 would be emulated (slow)"
+    found = " and ".join(name for name in ("AVX512-BF16", "AMX-BF16") if name in cpu_isa())
+    if cpu_has_bf16_matmul():  # the one test of the CPU's bf16 (*Attention* uses it to pick a kernel)
+        return True, f"the CPU has {found or 'bf16 instructions'}"
+    why = f"{found}, but oneDNN is held below them" if found else "neither AVX512-BF16 nor AMX"
+    return False, f"the CPU has {why}, so bf16 would be emulated (slow)"
 
 
 def native_fp16(device: torch.device | str) -> tuple[bool, str]:

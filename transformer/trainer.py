@@ -9,7 +9,6 @@ __all__ = ['Progress', 'NonFiniteLossError', 'Trainer']
 import csv
 import functools
 import math
-import os
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -22,7 +21,7 @@ from tqdm.auto import tqdm
 
 from .checkpoint import (
     TRAINING_STATE_KEYS, CheckpointError, latest_checkpoint, load_optimizer, load_weights, read_training_checkpoint,
-    rng_tensors, save_training_checkpoint, set_rng)
+    replace_file, rng_tensors, save_training_checkpoint, set_rng)
 from transformer.distributed import (
     BatchLoss, World, all_reduce_sum, barrier, broadcast_object, data_parallel, gather_objects, gradient_sync, my_rng,
     rank_rng, shard)
@@ -283,14 +282,14 @@ class Trainer:
 
     def write_metrics(self) -> Path:
         "Write the metrics so far to `out_dir/metrics.csv` (replaced atomically)."
-        path, tmp = self.out_dir / "metrics.csv", self.out_dir / ".metrics.csv.tmp"
         columns = list(dict.fromkeys(k for row in self.metrics for k in row))
-        with open(tmp, "w", newline="") as f:
-            writer = csv.DictWriter(f, columns)
-            writer.writeheader()
-            writer.writerows(self.metrics)
-        os.replace(tmp, path)
-        return path
+
+        def write(tmp: Path) -> None:
+            with open(tmp, "w", newline="") as f:
+                writer = csv.DictWriter(f, columns)
+                writer.writeheader()
+                writer.writerows(self.metrics)
+        return replace_file(self.out_dir / "metrics.csv", write)
 
     # -- checkpoints -------------------------------------------------------------------------------------------
     @property

@@ -181,7 +181,7 @@ def label_smoothed_loss(logits: Tensor, target: Tensor, smoothing: float,
 # %% ../nbs/04_training.ipynb #bf1429af
 def batch_loss(model: Transformer, batch: Batch, smoothing: float) -> tuple[Tensor, Tensor]:
     "Summed label-smoothed loss and NLL over the real target tokens of `batch` (a model may define its own)."
-    if hasattr(model, "batch_loss"):  # the decoder-only model of a later chapter, which can also learn its prompts
+    if hasattr(model, "batch_loss"):  # a model that owns its loss (the decoder-only one can also learn its prompts)
         return model.batch_loss(batch, smoothing)
     src_mask = batch.src_mask
     hidden = model.decode(batch.tgt_in, model.encode(batch.src, src_mask), src_mask, batch.tgt_mask)
@@ -234,8 +234,8 @@ class TrainConfig:
     label_smoothing: float = 0.1  # ε_ls of §5.4
     clip_grad_norm: float = 0.0   # clip the gradient's global norm to this value (0: no clipping)
     precision: str = "fp32"       # "bf16", "fp16" (with a gradient scaler), "fp32", or "auto": the fastest that the
-                                  # device computes natively (next chapter). Runs of the command line default to
-                                  # "auto"; this class to fp32, whose numbers do not hang on a probe's timing
+                                  # device computes natively (hardware.choose_precision). The command line's
+                                  # default is "auto"; this class's is fp32, whose numbers hang on no probe's timing
     eval_every: int = 0           # validate and checkpoint every this many steps (0: at the end of each epoch)
     keep_last: int = 5            # checkpoints kept on disk (the paper averages the last 5)
     seed: int = 0                 # seeds the batch order (the command line also seeds initialisation with it)

@@ -7,8 +7,6 @@ __all__ = ['DATA_KEYS', 'RunConfig', 'parse_run_config', 'load_run_config', 'loa
            'git_commit', 'load_corpus', 'train_run', 'train_tokenized']
 
 # %% ../nbs/07b_translation.ipynb #4feacc84
-import json
-import os
 import subprocess
 import sys
 import tomllib
@@ -21,8 +19,8 @@ from sacrebleu.metrics import BLEU
 from tokenizers import Tokenizer
 
 from . import __version__
-from .checkpoint import CheckpointError, load_model_dir, model_classes
-from .data import check_tokenizer, encode_pairs, load_split, read_parallel, train_bpe
+from .checkpoint import CheckpointError, load_model_dir, model_classes, replace_file, write_json
+from .data import check_tokenizer, encode_pairs, load_split, read_parallel, read_tokenizer, train_bpe
 from .decoding import translate_ids
 from .distributed import World, barrier, init_world, leave_world, resolve_device
 from .model import Transformer, TransformerConfig
@@ -48,13 +46,13 @@ class RunConfig:
     train_tgt: str = ""
     valid_src: str = ""                               # optional validation files of the same kind
     valid_tgt: str = ""
-    kind: str = "encoder-decoder"                     # or "decoder-only" (chapter 9e)
+    kind: str = "encoder-decoder"                     # or "decoder-only"
     task: str = "translation"                         # or "language-model": the target side alone, no source
 
     def model_config(self, vocab_size: int) -> TransformerConfig:
         "The model's configuration for a tokenizer of `vocab_size` tokens."
         config_class, _ = model_classes(self.kind)
-        sizes = (dict(vocab_size=vocab_size) if self.kind == "decoder-only"
+        sizes = (dict(vocab_size=vocab_size, task=self.task) if self.kind == "decoder-only"
                  else dict(src_vocab_size=vocab_size, tgt_vocab_size=vocab_size))
         return config_class.preset(self.preset, **self.model, **sizes)
 
@@ -119,20 +117,24 @@ def load_run_config(path: str | Path) -> RunConfig:
     return parse_run_config(d, str(path))
 
 # %% ../nbs/07b_translation.ipynb #d47b681b
-def load_translator(folder: str | Path, device: str = "cpu") -> tuple[Transformer, Tokenizer]:
-    "The model and tokenizer of a model folder, checked against each other."
+def load_translator(folder: str | Path, device: str = "cpu",
+                    purpose: str = "translate") -> tuple[Transformer, Tokenizer]:
+    "The model and tokenizer of a model folder, checked against each other and against the `purpose`."
     folder = Path(folder)
     if not folder.is_dir():
         raise CheckpointError(f"model folder {folder} not found")
     model = load_model_dir(folder, device)
+    if purpose == "translate" and getattr(model.cfg, "task", "translation") != "translation":
+        raise CheckpointError(f"{folder} holds a {model.cfg.task} model, which cannot translate (generate with it)")
+    if purpose == "generate" and model.cfg.kind != "decoder-only":
+        raise CheckpointError(f"{folder} holds an {model.cfg.kind} model; generate needs a decoder-only one")
     tokenizer_path = folder / "tokenizer.json"
     if not tokenizer_path.is_file():
         raise CheckpointError(f"{folder} has no tokenizer.json: it is not a translation model folder")
     try:
-        tokenizer = Tokenizer.from_file(str(tokenizer_path))
+        tokenizer = read_tokenizer(tokenizer_path)
     except Exception as e:  # the tokenizers library raises its own exception type on malformed files
         raise CheckpointError(f"{tokenizer_path} is not a valid tokenizer: {e}") from None
-    tokenizer.encode_special_tokens = True  # as in training (the flag is not saved in tokenizer.json)
     check_tokenizer(tokenizer, model.cfg)
     return model, tokenizer
 
@@ -195,12 +197,9 @@ def train_run(run: RunConfig, out: str | Path, data_dir: str | Path | None = Non
         if world.is_main and not resume:  # the vocabulary is learned from the training pairs only, once
             tokenizer = train_bpe([s for pair in train_text for s in pair], run.vocab_size)
             out.mkdir(parents=True, exist_ok=True)
-            tmp = out / ".tokenizer.json.tmp"
-            tokenizer.save(str(tmp))
-            os.replace(tmp, tokenizer_path)
+            replace_file(tokenizer_path, lambda tmp: tokenizer.save(str(tmp)))
         barrier(world)  # the other processes read the tokenizer rank 0 wrote
-        tokenizer = Tokenizer.from_file(str(tokenizer_path))
-        tokenizer.encode_special_tokens = True  # as `train_bpe` sets it (the flag is not saved in tokenizer.json)
+        tokenizer = read_tokenizer(tokenizer_path)
         metrics = train_tokenized(run, out, tokenizer, train_text, valid_text, counts, resume, progress, device, world)
         finished = True
         return metrics
@@ -248,5 +247,5 @@ def train_tokenized(run: RunConfig, out: Path, tokenizer: Tokenizer, train_text:
         provenance = {"commit": git_commit(), "machine": machine_description(), "transformer_version": __version__,
                       "device": str(device), "processes": world.size}
         record = {**run.to_dict(), "precision": trainer.precision, "corpus": counts, "provenance": provenance}
-        (out / "run.json").write_text(json.dumps(record, indent=2))
+        write_json(out / "run.json", record)
     return trainer.fit()

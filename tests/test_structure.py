@@ -1,0 +1,69 @@
+"""The package's shape: its modules import one another without a cycle (lazy imports inside functions count too)."""
+
+import ast
+from pathlib import Path
+
+import transformer
+
+PACKAGE = Path(transformer.__file__).parent
+
+
+def imports_of(path: Path) -> set[str]:
+    "The package modules that the module at `path` imports anywhere in its text (relative or absolute imports)."
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # from .x import y, from . import x
+                names = [base] if base else [alias.name for alias in node.names]
+                found |= {name.split(".")[0] for name in names}
+            elif base.startswith("transformer."):
+                found.add(base.split(".")[1])
+            elif base == "transformer":
+                found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.Import):
+            found |= {alias.name.split(".")[1] for alias in node.names if alias.name.startswith("transformer.")}
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    "Module → the package's modules it imports (only modules that exist: `from . import __version__` is not one)."
+    modules = {p.stem: p for p in PACKAGE.glob("*.py") if p.stem != "__init__"}
+    return {name: imports_of(path) & set(modules) - {name} for name, path in modules.items()}
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    "One import cycle as a path (first module repeated at the end), or None."
+    state: dict[str, str] = {}  # "open" while on the current path, "done" once finished
+
+    def visit(node: str, path: list[str]) -> list[str] | None:
+        state[node] = "open"
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == "open":
+                return path[path.index(nxt):] + [node, nxt] if nxt in path else [node, nxt]
+            if nxt not in state and (cycle := visit(nxt, path + [node])):
+                return cycle
+        state[node] = "done"
+        return None
+
+    for start in sorted(graph):
+        if start not in state and (cycle := visit(start, [])):
+            return cycle
+    return None
+
+
+def test_the_cycle_finder_finds_cycles():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) is None
+
+
+def test_the_import_graph_sees_lazy_imports(tmp_path):
+    module = tmp_path / "m.py"
+    module.write_text("from .model import X\ndef f():\n    from .decoder_only import Y\nimport transformer.data\n")
+    assert imports_of(module) == {"model", "decoder_only", "data"}
+
+
+def test_the_package_has_no_import_cycle():
+    graph = import_graph()
+    assert {"model", "checkpoint", "decoding", "cli"} <= set(graph) and "checkpoint" in graph["trainer"]
+    assert find_cycle(graph) is None, " → ".join(find_cycle(graph))
