@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from transformer.data import encode_pairs, load_split, train_bpe
 from transformer.hardware import cpu_isa, machine_description
 from transformer.training import TokenBatchSampler, make_batch
-from transformer.translation import git_commit
+from transformer.run import git_commit
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

@@ -16,7 +16,7 @@ import torch
 from common import multi30k_ids, write_result
 from transformer.decoding import beam_search, greedy_decode
 from transformer.model import Transformer, TransformerConfig
-from transformer.training import pad_sequences
+from transformer.attention import pad_sequences
 
 
 def our_model(cfg: TransformerConfig) -> Transformer:

@@ -27,7 +27,8 @@ from transformer.decoder_only import continuation_nll, distinct_ngrams, generate
 from transformer.distributed import RUN_CLI
 from transformer.model import count_parameters
 from transformer.hardware import machine_description
-from transformer.translation import bleu, git_commit, load_translator, translate_text
+from transformer.run import git_commit
+from transformer.translation import bleu, load_translator, translate_text
 
 ROOT = Path(__file__).resolve().parent.parent
 # row → (what it is, top-level config lines, [model] overrides); every row shares the [train] recipe below

@@ -23,10 +23,10 @@ import torch
 from transformer.checkpoint import load_weights, save_model_files
 from transformer.hardware import machine_description
 from transformer.model import Transformer, TransformerConfig, count_parameters
-from transformer.parsing import (PAPER_DECODING, Tree, Vocab, evalb, flat_tree, linearize, parse, parsing_pairs,
-                                 right_branching, treebank_splits, word_class, words_and_tags)
+from transformer.parsing import PAPER_DECODING, Vocab, parse, parsing_pairs, word_class
+from transformer.treebank import Tree, evalb, flat_tree, linearize, right_branching, treebank_splits, words_and_tags
 from transformer.trainer import TrainConfig, Trainer
-from transformer.translation import git_commit
+from transformer.run import git_commit
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -74,13 +74,13 @@ def train(name: str, trees: list[Tree], dev: list[Tree], words: Vocab, labels: V
     def dev_f1(trainer: Trainer) -> dict[str, float]:
         f1 = evalb(dev, parse(trainer.model, words, labels, dev_words, beam_size=1))["f1"]
         if f1 > best["f1"]:  # the checkpoint we keep: chosen on dev, never on test
-            best.update(f1=f1, step=trainer.step)
+            best.update(f1=f1, step=trainer.state.step)
             save_model_files(trainer.model, best_dir)
-        print(f"[{name}] step {trainer.step}: dev F1 {f1:.1f} (best {best['f1']:.1f} at {best['step']})", flush=True)
+        print(f"[{name}] step {trainer.state.step}: dev F1 {f1:.1f} (best {best['f1']:.1f} at {best['step']})", flush=True)
         return {"dev_f1": f1}
 
     def plateau(trainer: Trainer) -> bool:
-        return trainer.step - best["step"] >= args.patience * args.eval_every
+        return trainer.state.step - best["step"] >= args.patience * args.eval_every
 
     train_cfg = TrainConfig(max_tokens=args.max_tokens, max_steps=args.max_steps, max_minutes=minutes,
                             warmup=args.warmup, lr_factor=args.lr_factor, eval_every=args.eval_every, keep_last=1,
@@ -90,11 +90,11 @@ def train(name: str, trees: list[Tree], dev: list[Tree], words: Vocab, labels: V
                       out_dir=Path(args.out) / name, progress="lines", on_eval=dev_f1, stop_when=plateau)
     trainer.fit()
     model = load_weights(trainer.model, best_dir).eval()
-    return model, {"train_pairs": len(pairs), "train": asdict(train_cfg), "steps": trainer.step,
-                   "train_minutes": round(trainer.train_seconds / 60, 1), "best_step": best["step"],
+    return model, {"train_pairs": len(pairs), "train": asdict(train_cfg), "steps": trainer.state.step,
+                   "train_minutes": round(trainer.state.train_seconds / 60, 1), "best_step": best["step"],
                    "dev_f1": best["f1"], "stopped": "plateau" if plateau(trainer) else "budget",
                    "curve": [{k: row.get(k) for k in ("step", "train_loss", "valid_loss", "dev_f1", "train_minutes")}
-                             for row in trainer.metrics]}
+                             for row in trainer.state.metrics]}
 
 
 def main() -> None:

@@ -15,7 +15,7 @@ import torch
 
 from transformer.complexity import fit_exponent, measure_path_lengths, measure_table1
 from transformer.hardware import machine_description
-from transformer.translation import git_commit
+from transformer.run import git_commit
 
 OUT = Path(__file__).resolve().parent.parent / "results" / "table1.json"
 

@@ -23,7 +23,7 @@ from transformer.checkpoint import latest_checkpoint, load_model_dir
 from transformer.distributed import RUN_CLI
 from transformer.model import count_parameters
 from transformer.hardware import machine_description
-from transformer.translation import git_commit
+from transformer.run import git_commit
 
 ROOT = Path(__file__).resolve().parent.parent
 

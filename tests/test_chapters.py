@@ -77,7 +77,7 @@ def fetch_data() -> None:
     """Multi30k and the treebank sample into their caches (or checked in $MULTI30K_DIR / $PTB_DIR), before the
     network is blocked: chapters read them as a reader's second run would."""
     from transformer.data import MULTI30K_SPLITS, multi30k_file
-    from transformer.parsing import treebank_zip
+    from transformer.treebank import treebank_zip
 
     for split in ("train", "val", "test2016", "test2017", "mscoco2017"):
         for lang in ("de", "en"):

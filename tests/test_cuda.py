@@ -35,22 +35,22 @@ def trained(device: str, precision: str) -> Trainer:
 
 def test_training_on_cuda_matches_the_cpu():
     cpu, gpu = trained("cpu", "fp32"), trained("cuda", "fp32")
-    assert gpu.metrics[-1]["valid_loss"] == pytest.approx(cpu.metrics[-1]["valid_loss"], rel=1e-3)
+    assert gpu.state.metrics[-1]["valid_loss"] == pytest.approx(cpu.state.metrics[-1]["valid_loss"], rel=1e-3)
 
 
 def test_auto_decides_on_cuda_and_trains():
     t = trained("cuda", "auto")
     assert t.precision["setting"] == "auto" and "bf16" in t.precision["reason"] and "fp16" in t.precision["reason"]
     assert t.scaler.is_enabled() == (t.precision["precision"] == "fp16")
-    assert torch.isfinite(torch.tensor(t.metrics[-1]["valid_loss"]))
+    assert torch.isfinite(torch.tensor(t.state.metrics[-1]["valid_loss"]))
 
 
 def test_fp16_with_a_gradient_scaler_trains_on_cuda():
     """fp16 autocast with the scaler on CUDA: the validation loss after 5 steps is the float32 CPU run's, to fp16's
     precision, and the scale is recorded."""
     cpu, gpu = trained("cpu", "fp32"), trained("cuda", "fp16")
-    assert gpu.scaler.is_enabled() and gpu.metrics[-1]["loss_scale"] >= 1.0
-    assert gpu.metrics[-1]["valid_loss"] == pytest.approx(cpu.metrics[-1]["valid_loss"], rel=5e-2)
+    assert gpu.scaler.is_enabled() and gpu.state.metrics[-1]["loss_scale"] >= 1.0
+    assert gpu.state.metrics[-1]["valid_loss"] == pytest.approx(cpu.state.metrics[-1]["valid_loss"], rel=5e-2)
 
 
 def test_fp16_overflow_skips_the_step_on_cuda():
@@ -60,7 +60,7 @@ def test_fp16_overflow_skips_the_step_on_cuda():
     before = {k: v.detach().clone() for k, v in t.model.named_parameters()}
     t.model.train()
     t.train_step([next(t.micro_batches())[0]])
-    assert t.step == 1 and t.scaler.get_scale() == 2.0**39
+    assert t.state.step == 1 and t.scaler.get_scale() == 2.0**39
     assert all(torch.equal(p, before[k]) for k, p in t.model.named_parameters())
 
 

@@ -136,6 +136,7 @@ def test_encode_pairs_adds_no_specials(tokenizer):
 def test_vocabulary_is_built_on_training_sentences_only(monkeypatch, tmp_path):
     """The command line's training learns its BPE vocabulary from the training split, never val or test."""
     from transformer import translation
+    from transformer.run import RunConfig
     seen = []
 
     def spy(sentences, vocab_size):
@@ -144,7 +145,7 @@ def test_vocabulary_is_built_on_training_sentences_only(monkeypatch, tmp_path):
 
     monkeypatch.setattr(translation, "train_bpe", spy)
     monkeypatch.setattr(translation.Trainer, "fit", lambda self: [])
-    run = translation.parse_run_config({"preset": "tiny", "data": {"vocab_size": 300}})
+    run = RunConfig.from_dict({"preset": "tiny", "data": {"vocab_size": 300}})
     translation.train_run(run, tmp_path / "run", DATA, progress=False)
     train = {s for pair in load_split("train", DATA) for s in pair}
     held_out = {s for split in ("val", "test2016") for pair in load_split(split, DATA) for s in pair} - train

@@ -14,7 +14,7 @@ from transformer.cli import main
 from transformer.decoder_only import DecoderOnly, DecoderOnlyConfig, generate
 from transformer.decoding import translate_ids
 from transformer.model import KVCache
-from transformer.translation import parse_run_config
+from transformer.run import RunConfig
 
 from conftest import PAD, VOCAB, make_model
 from corpus import write_corpus
@@ -144,14 +144,14 @@ def test_an_encoder_decoder_cannot_generate():
 
 
 def test_run_config_kinds_and_tasks():
-    run = parse_run_config({"kind": "decoder-only", "task": "language-model", "model": {"n_layers": 2}})
+    run = RunConfig.from_dict({"kind": "decoder-only", "task": "language-model", "model": {"n_layers": 2}})
     assert run.model_config(100).n_layers == 2 and run.model_config(100).kind == "decoder-only"
     with pytest.raises(ValueError, match="a language model needs kind = 'decoder-only'"):
-        parse_run_config({"task": "language-model"})
+        RunConfig.from_dict({"task": "language-model"})
     with pytest.raises(ValueError, match="kind must be"):
-        parse_run_config({"kind": "encoder-only"})
+        RunConfig.from_dict({"kind": "encoder-only"})
     with pytest.raises(ValueError, match=r"unknown key\(s\) in \[model\]"):
-        parse_run_config({"kind": "decoder-only", "model": {"n_encoder_layers": 2}})
+        RunConfig.from_dict({"kind": "decoder-only", "model": {"n_encoder_layers": 2}})
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:

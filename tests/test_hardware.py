@@ -187,6 +187,8 @@ def test_trainer_probe_leaves_weights_gradients_and_generators_untouched(monkeyp
     monkeypatch.setattr(hardware, "native_bf16", lambda device: (True, "pretend"))
     monkeypatch.setattr(hardware, "native_fp16", lambda device: (True, "pretend"))
     probed = tiny_trainer(TrainConfig(max_tokens=64, warmup=2, precision="auto"))
+    assert probed.precision is None  # the constructor probes nothing: 'auto' is decided when training starts
+    probed.start()
     rng_probed = torch.get_rng_state()
     plain = tiny_trainer(TrainConfig(max_tokens=64, warmup=2))
     assert {"fp32_step_s", "bf16_step_s", "fp16_step_s"} <= set(probed.precision)
@@ -201,9 +203,9 @@ def test_trainer_probe_leaves_weights_gradients_and_generators_untouched(monkeyp
 def test_stop_when_ends_training_at_a_validation(tmp_path):
     """`stop_when` is asked after every validation; True ends the run there, with that checkpoint the latest."""
     t = tiny_trainer(TrainConfig(max_tokens=64, max_steps=50, warmup=2, eval_every=2), out_dir=tmp_path,
-                     stop_when=lambda trainer: trainer.step >= 4)
+                     stop_when=lambda trainer: trainer.state.step >= 4)
     metrics = t.fit()
-    assert t.step == 4 and [row["step"] for row in metrics] == [2, 4]
+    assert t.state.step == 4 and [row["step"] for row in metrics] == [2, 4]
     assert (tmp_path / "checkpoints" / "latest").read_text() == "step-0000004"
     assert all(math.isfinite(row["train_loss"]) for row in metrics)
 
@@ -219,11 +221,12 @@ def test_resume_keeps_the_precision_the_run_started_with(monkeypatch, tmp_path, 
     first = tiny_trainer(cfg, out_dir=tmp_path)
     first.fit()
     assert first.precision["precision"] == chosen
-    monkeypatch.setattr(hardware, "best_seconds", lambda fns: {name: 1.0 if name == "fp32" else 2.0 for name in fns})
+    probes = []  # a new probe would now say fp32
+    monkeypatch.setattr(hardware, "best_seconds",
+                        lambda fns: probes.append(fns) or {name: 1.0 if name == "fp32" else 2.0 for name in fns})
     resumed = tiny_trainer(cfg, out_dir=tmp_path)
-    assert resumed.precision["precision"] == "fp32"  # what a new probe says ...
     resumed.resume()
-    assert resumed.precision == first.precision  # ... and what the run keeps
+    assert resumed.start() == first.precision and not probes  # the run keeps its own, without a probe
     assert resumed.scaler.is_enabled() == (chosen == "fp16")
     assert resumed.scaler.state_dict() == first.scaler.state_dict()
 
@@ -255,4 +258,4 @@ def test_resume_of_a_run_from_before_fp16(tmp_path, record, bf16, expected):
     resumed.resume()
     assert resumed.precision["precision"] == expected and not resumed.scaler.is_enabled()
     resumed.fit()
-    assert resumed.step == 4
+    assert resumed.state.step == 4

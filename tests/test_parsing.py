@@ -10,9 +10,9 @@ import torch
 
 from transformer.decoding import translate_ids
 from transformer.model import Transformer, TransformerConfig
-from transformer.parsing import (PTB_DIR_ENV, TreeConstraint, Vocab, clean, delinearize, evalb, flat_tree, linearize,
-                                 parse, parse_trees, repair, right_branching, treebank_splits, TreeError, word_class,
-                                 words_and_tags)
+from transformer.parsing import TreeConstraint, Vocab, parse, repair, word_class
+from transformer.treebank import (PTB_DIR_ENV, TreeError, clean, delinearize, evalb, flat_tree, linearize, parse_trees,
+                                  right_branching, treebank_splits, words_and_tags)
 
 GOLD = "( (S (NP-SBJ (DT The) (JJ old) (NN man)) (VP (VBD gave) (NP (PRP her)) (NP (DT a) (NN book))) (. .)) )"
 

@@ -67,3 +67,18 @@ def test_the_package_has_no_import_cycle():
     graph = import_graph()
     assert {"model", "checkpoint", "decoding", "cli"} <= set(graph) and "checkpoint" in graph["trainer"]
     assert find_cycle(graph) is None, " → ".join(find_cycle(graph))
+
+
+MAX_MODULE_LINES, MAX_TRAINER_LINES = 300, 150  # small modules one reads in a sitting; a loop that fits a screen or two
+
+
+def class_lines(path: Path, name: str) -> int:
+    "Lines from `class name` to its last statement, in the module at `path`."
+    node = next(n for n in ast.parse(path.read_text()).body if isinstance(n, ast.ClassDef) and n.name == name)
+    return node.end_lineno - node.lineno + 1
+
+
+def test_modules_stay_small():
+    sizes = {p.name: len(p.read_text().splitlines()) for p in PACKAGE.glob("*.py") if p.name != "_modidx.py"}
+    assert len(sizes) > 20 and not {name: n for name, n in sizes.items() if n > MAX_MODULE_LINES}
+    assert 100 < class_lines(PACKAGE / "trainer.py", "Trainer") <= MAX_TRAINER_LINES

@@ -16,13 +16,13 @@ from hypothesis import strategies as st
 from safetensors import safe_open
 
 import transformer.checkpoint as checkpoint_module
-import transformer.distributed as distributed_module
+import transformer.training as training_module
 from transformer.checkpoint import CheckpointError, load_model_dir, read_config, save_model_files, write_atomically
 from transformer.model import Transformer, TransformerConfig
 from transformer.trainer import NonFiniteLossError, TrainConfig, Trainer
 from transformer.training import (TokenBatchSampler, batch_loss, evaluate, label_smoothed_loss, make_batch,
                                   noam_rate)
-from transformer.translation import parse_run_config
+from transformer.run import RunConfig
 
 V = 20  # vocabulary: 0 = pad, 1 = <s>, 2 = </s>, 3..19 = words
 
@@ -278,8 +278,8 @@ def test_train_config_reads_the_older_bf16_key(bf16, precision):
     precision, also next to a `precision` that agrees with it; a run's TOML default stays "auto" with either key."""
     assert TrainConfig.from_dict({"bf16": bf16}) == TrainConfig(precision=precision)
     assert TrainConfig.from_dict({"bf16": bf16, "precision": precision}).precision == precision
-    assert parse_run_config({"train": {"bf16": bf16}}).train.precision == precision
-    assert parse_run_config({}).train.precision == "auto" and parse_run_config(
+    assert RunConfig.from_dict({"train": {"bf16": bf16}}).train.precision == precision
+    assert RunConfig.from_dict({}).train.precision == "auto" and RunConfig.from_dict(
         {"train": {"precision": "fp16"}}).train.precision == "fp16"
 
 
@@ -296,7 +296,7 @@ def test_train_config_refuses_bad_or_disagreeing_precision_settings(settings, me
     with pytest.raises(ValueError, match=message):
         TrainConfig.from_dict(settings)
     with pytest.raises(ValueError, match=message.replace("^", "^the configuration: ")):
-        parse_run_config({"train": settings})
+        RunConfig.from_dict({"train": settings})
 
 
 def test_trainer_rejects_empty_training_set():
@@ -334,7 +334,7 @@ def test_accumulated_micro_batches_equal_one_big_batch():
     for i in state_one:
         torch.testing.assert_close(state_acc[i]["exp_avg"], state_one[i]["exp_avg"], atol=1e-8, rtol=1e-4)
     for t in (accumulated, single):
-        assert t.step == 1 and t.scheduler.last_epoch == 1
+        assert t.state.step == 1 and t.scheduler.last_epoch == 1
         assert t.optimizer.param_groups[0]["lr"] == pytest.approx(noam_rate(2, 32, 1))
         assert all(p.grad is None for p in t.model.parameters())
 
@@ -373,7 +373,7 @@ def test_resume_is_exact(case, tmp_path):
     state = json.loads((first.latest_checkpoint() / "trainer.json").read_text())
     n_batches = len(first.sampler.batches(state["epoch"]))
     assert state["step"] == case["half"]
-    assert straight.step * cfg.accumulate > 2 * n_batches  # the run spans more than two epochs
+    assert straight.state.step * cfg.accumulate > 2 * n_batches  # the run spans more than two epochs
     if cfg.eval_every:
         assert 0 < state["position"] < n_batches  # the checkpoint falls mid-epoch
     else:
@@ -384,20 +384,20 @@ def test_resume_is_exact(case, tmp_path):
     assert resumed.resume() == first.latest_checkpoint()
     resumed.fit()
 
-    assert resumed.step == straight.step == case["steps"]
-    assert (resumed.epoch, resumed.position, resumed.tokens_seen) == (straight.epoch, straight.position,
-                                                                      straight.tokens_seen)
+    assert resumed.state.step == straight.state.step == case["steps"]
+    assert (resumed.state.epoch, resumed.state.position, resumed.state.tokens_seen) == (straight.state.epoch, straight.state.position,
+                                                                      straight.state.tokens_seen)
     assert_same_params(params(resumed.model), params(straight.model))
     assert_same_optimizer(resumed.optimizer, straight.optimizer)
     assert resumed.scheduler.state_dict() == straight.scheduler.state_dict()
     assert resumed.scaler.state_dict() == straight.scaler.state_dict()
-    assert without_timing(resumed.metrics) == without_timing(straight.metrics)
+    assert without_timing(resumed.state.metrics) == without_timing(straight.state.metrics)
     if "scaler" in case:  # steps were skipped, and the checkpoint's scale is not the default one
-        assert straight.optimizer.state_dict()["state"][0]["step"] < straight.step
+        assert straight.optimizer.state_dict()["state"][0]["step"] < straight.state.step
         assert state["grad_scaler"]["scale"] != torch.amp.GradScaler("cpu").get_scale()
         assert state["grad_scaler"]["growth_interval"] == 3
-    assert [row["step"] for row in straight.metrics][-1] == case["steps"]
-    assert all("valid_loss" in row for row in straight.metrics)
+    assert [row["step"] for row in straight.state.metrics][-1] == case["steps"]
+    assert all("valid_loss" in row for row in straight.state.metrics)
 
 
 def test_checkpoint_between_evaluations_keeps_running_train_loss(tmp_path):
@@ -413,7 +413,7 @@ def test_checkpoint_between_evaluations_keeps_running_train_loss(tmp_path):
     resumed = new_trainer(cfg, pairs, seed=1, out_dir=tmp_path)
     resumed.resume()
     assert without_timing([resumed.validate_and_save()]) == without_timing([t.validate_and_save()])
-    assert resumed.metrics[-1]["train_loss"] > 0
+    assert resumed.state.metrics[-1]["train_loss"] > 0
 
 
 # --- checkpoint files ----------------------------------------------------------------------------------------------
@@ -531,7 +531,7 @@ def test_resume_with_another_model_config_raises_checkpoint_error(checkpoint_cop
     with pytest.raises(CheckpointError, match="was trained with a different model configuration"):
         t.resume()
     assert_same_params(params(t.model), before)
-    assert t.step == 0
+    assert t.state.step == 0
 
 
 @pytest.mark.parametrize("name", ["trainer.json", "optimizer.safetensors", "rng.safetensors"])
@@ -634,7 +634,7 @@ def test_failed_checkpoint_keeps_latest(tmp_path, monkeypatch):
     assert sorted(p.name for p in ckpts.glob("step-*")) == ["step-0000001", "step-0000002"]
     assert file_hashes(good) == before
     fresh = new_trainer(cfg, pairs, seed=9, out_dir=tmp_path)
-    assert fresh.resume() == good and fresh.step == 2
+    assert fresh.resume() == good and fresh.state.step == 2
     assert_same_params(params(fresh.model), saved_params)
 
 
@@ -643,14 +643,14 @@ def test_failed_checkpoint_keeps_latest(tmp_path, monkeypatch):
 def poison_batch_loss(monkeypatch, from_call: int) -> None:
     "Make the trainer's batch_loss return an infinite loss from its `from_call`-th call on."
     calls = [0]
-    real = distributed_module.batch_loss
+    real = training_module.batch_loss
 
     def patched(*args, **kwargs):
         calls[0] += 1
         loss, nll = real(*args, **kwargs)
         return (loss * math.inf, nll) if calls[0] >= from_call else (loss, nll)
 
-    monkeypatch.setattr(distributed_module, "batch_loss", patched)
+    monkeypatch.setattr(training_module, "batch_loss", patched)
 
 
 def test_non_finite_loss_stops_training(tmp_path, monkeypatch):
@@ -667,7 +667,7 @@ def test_non_finite_loss_stops_training(tmp_path, monkeypatch):
     with pytest.raises(NonFiniteLossError, match=r"the loss became inf at step 3: training stopped before applying "
                                                  r"it\. The last checkpoint \(.*step-0000002\) is intact"):
         t.fit()
-    assert t.step == 2 and len(t.metrics) == 1
+    assert t.state.step == 2 and len(t.state.metrics) == 1
     assert t.optimizer.param_groups[0]["lr"] == pytest.approx(noam_rate(3, 32, 2))
     assert t.optimizer.state_dict()["state"][0]["step"] == optimizer_before["state"][0]["step"] == 2
     assert_same_params(params(t.model), snapshot)
@@ -731,7 +731,7 @@ def test_bf16_training_runs_on_cpu():
                     make_pairs(12, 0), valid_pairs=make_pairs(4, 5))
     before = params(t.model)
     metrics = t.fit()
-    assert t.step == 2 and [row["step"] for row in metrics] == [1, 2]
+    assert t.state.step == 2 and [row["step"] for row in metrics] == [1, 2]
     assert all(math.isfinite(row["train_loss"]) and math.isfinite(row["valid_loss"]) for row in metrics)
     after = params(t.model)
     assert all(torch.isfinite(p).all() for p in after.values())
@@ -762,14 +762,14 @@ def test_fp16_with_a_gradient_scaler_learns_on_cpu():
     """fp16 autocast with the gradient scaler learns to reverse sequences: the validation loss falls from about
     ln 10 (a guess among 10 words) to a quarter of it, well within a generous cap; the scale is in every row."""
     def learned(t: Trainer) -> bool:
-        return t.metrics[-1]["valid_loss"] < 0.25 * math.log(10)
+        return t.state.metrics[-1]["valid_loss"] < 0.25 * math.log(10)
 
     t = new_trainer(TrainConfig(max_tokens=512, max_steps=1000, warmup=100, lr_factor=0.25, eval_every=25,
                                 precision="fp16"), reverse_pairs(2000, 0), model_cfg=model_config(),
                     valid_pairs=reverse_pairs(200, 1), stop_when=learned)
     metrics = t.fit()  # about 200 steps on this project's machines (AVX-512 or AVX2 kernels)
     assert t.scaler.is_enabled() and learned(t) and metrics[0]["valid_loss"] > 0.8 * math.log(10)
-    assert t.step < 1000 and all(row["loss_scale"] >= 1.0 for row in metrics)
+    assert t.state.step < 1000 and all(row["loss_scale"] >= 1.0 for row in metrics)
 
 
 @needs_cpu_fp16
@@ -781,7 +781,7 @@ def test_fp16_overflow_skips_the_step_without_raising():
     t.model.train()
     stream, before = t.micro_batches(), params(t.model)
     loss = t.train_step([next(stream)[0]])
-    assert math.isfinite(loss) and t.step == 1 and t.scheduler.last_epoch == 1
+    assert math.isfinite(loss) and t.state.step == 1 and t.scheduler.last_epoch == 1
     assert t.scaler.get_scale() == 2.0**39
     assert_same_params(params(t.model), before)
     assert all(int(state["step"]) == 0 for state in t.optimizer.state.values())
@@ -825,11 +825,11 @@ def test_max_minutes_stops_training_early(tmp_path):
     t = new_trainer(TrainConfig(max_tokens=64, max_steps=200, max_minutes=1e-4, warmup=2), make_pairs(12, 0),
                     out_dir=tmp_path)
     metrics = t.fit()
-    assert 1 <= t.step < 200
-    assert t.train_seconds >= 60 * 1e-4
-    assert metrics[-1]["step"] == t.step
-    assert t.latest_checkpoint() == tmp_path / "checkpoints" / f"step-{t.step:07d}"
-    assert json.loads((t.latest_checkpoint() / "trainer.json").read_text())["step"] == t.step
+    assert 1 <= t.state.step < 200
+    assert t.state.train_seconds >= 60 * 1e-4
+    assert metrics[-1]["step"] == t.state.step
+    assert t.latest_checkpoint() == tmp_path / "checkpoints" / f"step-{t.state.step:07d}"
+    assert json.loads((t.latest_checkpoint() / "trainer.json").read_text())["step"] == t.state.step
 
 
 def test_cooldown_takes_the_rate_linearly_to_zero_over_the_last_part_of_the_steps():
@@ -846,7 +846,7 @@ def test_cooldown_with_a_time_budget_follows_the_clock():
     after 1 of 3 steps halves the rate at least (cooldown over the whole run)."""
     t = new_trainer(TrainConfig(max_tokens=24, max_steps=3, max_minutes=1.0, warmup=3, eval_every=1, cooldown=1.0),
                     make_pairs(20, 0))
-    t.train_seconds = 30.0  # half of the budget already spent
+    t.state.train_seconds = 30.0  # half of the budget already spent
     rates = [row["lr"] for row in t.fit()]
     assert 0 < rates[0] <= 0.5 * noam_rate(2, 32, 3)
     assert rates[0] < noam_rate(2, 32, 3) * (1 - 1 / 3)  # below what the steps alone would give
@@ -861,7 +861,7 @@ def test_metrics_rows():
     """Each evaluation row holds step, fractional epoch, train loss, the scheduled lr, time, and on_eval's values."""
     pairs = make_pairs(20, 0)  # 7 micro-batches an epoch at max_tokens 24
     t = new_trainer(TrainConfig(max_tokens=24, max_steps=5, warmup=3, eval_every=2), pairs,
-                    valid_pairs=make_pairs(5, 1), on_eval=lambda tr: {"extra": float(tr.step)})
+                    valid_pairs=make_pairs(5, 1), on_eval=lambda tr: {"extra": float(tr.state.step)})
     metrics = t.fit()
     assert [row["step"] for row in metrics] == [2, 4, 5]  # the last one at the end of training
     assert [row["epoch"] for row in metrics] == pytest.approx([2 / 7, 4 / 7, 5 / 7])

@@ -4,11 +4,12 @@
 
 # %% auto #0
 __all__ = ['EXPLICIT_MAX_KEYS', 'check_dropout', 'check_mask', 'explicit_attention', 'padding_mask', 'subsequent_mask',
-           'cpu_has_bf16_matmul', 'fast_attention', 'extend_cache', 'MultiHeadAttention']
+           'pad_sequences', 'cpu_has_bf16_matmul', 'fast_attention', 'extend_cache', 'MultiHeadAttention']
 
 # %% ../nbs/01_attention.ipynb #21560f2c
 import functools
 import math
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -57,6 +58,14 @@ def padding_mask(tokens: Tensor, pad_id: int) -> Tensor:
 def subsequent_mask(size: int, device: torch.device | str | None = None) -> Tensor:
     "Query i may attend to keys 0..i: (1, 1, T, T) bools, lower-triangular."
     return torch.ones(size, size, dtype=torch.bool, device=device).tril()[None, None]
+
+
+def pad_sequences(seqs: Sequence[Sequence[int]], pad_id: int) -> Tensor:
+    "Right-pad lists of ids into a (len(seqs), longest) tensor: the padding that `padding_mask` then hides."
+    out = torch.full((len(seqs), max(map(len, seqs))), pad_id, dtype=torch.long)
+    for i, s in enumerate(seqs):
+        out[i, : len(s)] = torch.as_tensor(s, dtype=torch.long)
+    return out
 
 # %% ../nbs/01_attention.ipynb #e52b02e0
 @functools.cache

@@ -37,7 +37,7 @@ def exact_match(model: Transformer, pairs: Sequence[tuple[list[int], list[int]]]
 # %% ../nbs/06_copy_task.ipynb #1cc602bc
 def perfect_twice(trainer: Trainer) -> bool:
     "True once every validation sequence was copied exactly at each of the last two validations."
-    recent = trainer.metrics[-2:]
+    recent = trainer.state.metrics[-2:]
     return len(recent) == 2 and all(row["valid_exact"] == 1.0 for row in recent)
 
 

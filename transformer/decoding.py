@@ -13,10 +13,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .attention import padding_mask
+from .attention import pad_sequences, padding_mask
 from .layers import check_tokens
 from .model import KVCache, Transformer
-from .training import pad_sequences
+
 
 
 # %% ../nbs/05_decoding.ipynb #a9d514b9

@@ -20,10 +20,10 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
+from .attention import pad_sequences
 from .checkpoint import load_model_dir, read_config
 from .decoding import output_limits, restrict_logits_, strip_specials
 from .model import KVCache, Transformer
-from .training import pad_sequences
 
 # %% ../nbs/11_export.ipynb #9cdb933a
 FORMATS = ("onnx", "ctranslate2")

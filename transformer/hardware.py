@@ -105,13 +105,15 @@ def best_seconds(fns: dict[str, Callable[[], None]], repeats: int = 3) -> dict[s
     return best
 
 
-def choose_precision(setting: str, device: torch.device | str, step: Callable[[str], None],
+def choose_precision(setting: str, device: torch.device | str, step: Callable[[str], None] | None = None,
                      min_speedup: float = 1.1) -> dict:
     "Decide the precision from `setting`; 'auto' times `step(precision)` in fp32 and in each 16-bit type native here."
     if setting not in PRECISIONS:
         raise ValueError(f"precision must be auto, bf16, fp16 or fp32, got {setting!r}")
     if setting != "auto":
         return {"setting": setting, "precision": setting, "reason": "set explicitly"}
+    if step is None:
+        raise ValueError("precision 'auto' needs a training step to time")
     checks = {"bf16": native_bf16(device), "fp16": native_fp16(device)}  # in order of preference
     why = "; ".join(reason for _, reason in checks.values())
     native = [name for name, (ok, _) in checks.items() if ok]
