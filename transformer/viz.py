@@ -175,7 +175,7 @@ def results_table(frame: "pandas.DataFrame", columns: dict[str, str] | None = No
     columns = columns or {c: c for c in frame.columns}
     if missing := [c for c in columns if c not in frame.columns]:
         raise ValueError(f"no column {missing[0]!r} in the table; its columns are {list(frame.columns)}")
-    frame = frame[list(columns)]
+    frame = frame[list(columns)].infer_objects()  # a transposed table's numbers are numbers again
     places = {c: digits.get(c, 2) if isinstance(digits, dict) else digits for c in frame.columns}
     numeric = [c for c in frame.columns if pd.api.types.is_numeric_dtype(frame[c]) and frame[c].dtype != bool]
     return (frame.style.hide(axis="index").set_table_attributes('class="dataframe"')
