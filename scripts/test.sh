@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Every check, in order: notebooks and package in sync, every notebook runs and the book renders without a
-# warning, then pytest (last, so that its summary closes the output). Run after scripts/setup.sh.
+# warning and its pages fit a 1400-px window, then pytest (last, so that its summary closes the output). Run after
+# scripts/setup.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
@@ -19,4 +20,5 @@ fi
 echo "nbs/ and transformer/ are in sync."
 
 bash scripts/book.sh
+python scripts/check_pages.py  # no code block or table scrolls sideways at 1400 px
 python -m pytest

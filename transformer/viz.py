@@ -5,7 +5,7 @@
 # %% auto #0
 __all__ = ['BOOK_FILES_ENV', 'BOOK_QUICK_ENV', 'NOISE_FACTOR', 'NOT_ATTEMPTED', 'book_renderer', 'enable_book_charts',
            'write_vega_bundle', 'book_roots', 'book_path', 'book_quick', 'spread', 'beyond_noise', 'compare',
-           'headline_results']
+           'headline_results', 'results_table']
 
 # %% ../nbs/00_introduction.ipynb #6bd6e0ad
 import importlib.util
@@ -148,3 +148,39 @@ def headline_results() -> "pandas.DataFrame":
              f"sentences of NLTK's Penn Treebank sample ({parsing['sentences']['train']:,} training trees; the paper: "
              f"40,000); best baseline {max(b['f1'] for b in parsing['baselines'].values()):.1f}")]
     return pd.DataFrame(rows, columns=["paper", "result", "the paper's number", "this book"])
+
+# %% ../nbs/00_introduction.ipynb #cf576b32
+def _cell(value, places: int) -> str:
+    "One value as the table shows it."
+    import numbers
+
+    if value is None or (isinstance(value, float) and value != value):  # None or NaN
+        return "—"
+    if isinstance(value, bool) or type(value).__name__ == "bool_":
+        return "yes" if value else "no"
+    if isinstance(value, numbers.Integral):
+        return f"{value:,}"
+    return f"{value:,.{places}f}" if isinstance(value, numbers.Real) else str(value)
+
+
+def results_table(frame: "pandas.DataFrame", columns: dict[str, str] | None = None,
+                  digits: int | dict[str, int] = 2) -> "pandas.io.formats.style.Styler":
+    "`frame` as a page shows it: `columns` picks, orders and labels columns; `digits` rounds (per column); no index."
+    import pandas as pd
+
+    if frame.index.name is not None or frame.index.nlevels > 1 or not pd.api.types.is_integer_dtype(frame.index):
+        frame = frame.reset_index()  # an index that names the rows becomes the first column
+    if frame.columns.nlevels > 1:
+        frame = frame.set_axis([" ".join(str(p) for p in c if str(p)) for c in frame.columns], axis="columns")
+    columns = columns or {c: c for c in frame.columns}
+    if missing := [c for c in columns if c not in frame.columns]:
+        raise ValueError(f"no column {missing[0]!r} in the table; its columns are {list(frame.columns)}")
+    frame = frame[list(columns)].infer_objects()  # a transposed table's numbers are numbers again
+    places = {c: digits.get(c, 2) if isinstance(digits, dict) else digits for c in frame.columns}
+    numeric = [c for c in frame.columns if pd.api.types.is_numeric_dtype(frame[c]) and frame[c].dtype != bool]
+    return (frame.style.hide(axis="index").set_table_attributes('class="dataframe"')
+            .format({c: lambda v, p=places[c]: _cell(v, p) for c in frame.columns})
+            .relabel_index([columns[c] for c in frame.columns], axis="columns")
+            .set_properties(subset=numeric, **{"text-align": "right"})
+            .set_table_styles({c: [{"selector": "th", "props": "text-align: right"}] for c in numeric},
+                              overwrite=False))
