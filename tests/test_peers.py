@@ -119,18 +119,24 @@ def test_tuning_chooses_the_best_setting_on_val_with_our_bleu(tmp_path):
 
 def test_report_has_the_fields_the_chapter_reads():
     training = {"toolkit": "opennmt-py", "toolkit_version": "3.5.1", "train_minutes": 60.01, "budget_minutes": 60.0,
-                "steps": 3000, "tokens_per_s": 4000, "checkpoint_choice": "the last checkpoint",
+                "steps": 3000, "tokens": 14_400_000, "tokens_per_s": 4000, "checkpoint_choice": "the last checkpoint",
                 "train_loss_first_10": 9.1, "train_loss_last_10": 3.2,
                 "curve": [{"step": 250, "train_minutes": 5.0, "valid_loss": 3.1}]}
     grid = [{"beam": 6, "alpha": 1.2, "val_bleu": 40.0}, {"beam": 4, "alpha": 0.6, "val_bleu": 39.0}]
     scores = {"test2016": 41.0, "test2017": 36.0, "mscoco2017": 28.0}
     record = report.peer_record(training, grid, scores, "nrefs:1|…", "bash scripts/peers/run.sh opennmt", "abc",
-                                "some CPU")
-    for key in ("toolkit", "version", "train_minutes", "steps", "tokens_per_s", "test2016_sacrebleu", "command",
+                                "some CPU", tokens_per_epoch=900_000)
+    for key in ("toolkit", "version", "train_minutes", "steps", "epochs", "tokens_per_s", "test2016_sacrebleu", "command",
                 "commit", "machine", "validation_curve", "sacrebleu_signature"):
         assert key in record, key
     assert record["sacrebleu"] == scores and record["test2016_sacrebleu"] == 41.0
-    assert (record["beam_size"], record["alpha"]) == (6, 1.2)
+    assert (record["beam_size"], record["alpha"]) == (6, 1.2) and record["epochs"] == 16.0
+
+
+def test_an_epoch_counts_both_sides_with_one_end_symbol_each(tmp_path):
+    (tmp_path / "train.de").write_text("Ein Hund .\nZwei\n")
+    (tmp_path / "train.en").write_text("A Ġdog .\nTwo\n")
+    assert report.epoch_tokens(tmp_path) == (4 + 2) * 2
 
 
 def test_signature_warning_names_both_signatures(tmp_path):

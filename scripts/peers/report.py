@@ -51,13 +51,20 @@ def tune(out: Path, beams: list[int], alphas: list[float]) -> list[dict]:
     return sorted(grid, key=lambda row: (-row["val_bleu"], row["beam"], row["alpha"]))
 
 
+def epoch_tokens(data: Path) -> int:
+    "Tokens in one pass over the training pairs, counted as the launchers and ours count them: each side plus one."
+    return sum(len(line.split()) + 1 for lang in ("de", "en")
+               for line in (data / f"train.{lang}").read_text("utf-8").splitlines())
+
+
 def peer_record(training: dict, grid: list[dict], scores: dict[str, float], signature: str, command: str,
-                commit: str, machine: str) -> dict:
+                commit: str, machine: str, tokens_per_epoch: int) -> dict:
     "The report of one peer run, with the fields of ours that a side-by-side table and chart need."
     best = grid[0]
     return {"toolkit": training["toolkit"], "version": training["toolkit_version"],
             "train_minutes": training["train_minutes"], "budget_minutes": training["budget_minutes"],
-            "steps": training["steps"], "tokens_per_s": training["tokens_per_s"],
+            "steps": training["steps"], "epochs": round(training["tokens"] / tokens_per_epoch, 2),
+            "tokens_per_s": training["tokens_per_s"],
             "test2016_sacrebleu": scores["test2016"], "sacrebleu": scores, "sacrebleu_signature": signature,
             "beam_size": best["beam"], "alpha": best["alpha"], "decoding": "tuned on val", "tuning": grid,
             "checkpoint": training["checkpoint_choice"],
@@ -94,7 +101,7 @@ def main() -> None:
         print(f"warning: {warning}", file=sys.stderr)
     training = json.loads((args.out / "training.json").read_text())
     record = peer_record(training, grid, {split: value for split, (value, _) in results.items()}, signature,
-                         args.run_command, git_commit(), machine_description())
+                         args.run_command, git_commit(), machine_description(), epoch_tokens(args.out / "data"))
     args.report.parent.mkdir(parents=True, exist_ok=True)
     args.report.write_text(json.dumps(record, indent=1) + "\n")
     print(f"{record['toolkit']} {record['version']}: {scores_line(record)} → {args.report}")
