@@ -87,6 +87,23 @@ def test_budget_leaves_excluded_time_out():
     assert clock.spent()
 
 
+def test_a_validation_point_and_the_end_of_training_freeze_the_clock():
+    clock = budget.Budget(minutes=1)
+    clock.spent()
+    time.sleep(0.05)
+
+    def validate():  # a slow validation that saves a checkpoint (itself excluded) and records a point
+        clock.excluded(time.sleep)(0.5)
+        time.sleep(0.5)
+        clock.validated(1, 4.0)
+    clock.excluded(validate)()
+    assert 0.05 <= clock.curve[0]["train_minutes"] * 60 < 0.5  # the point's time leaves its own validation out
+    clock.stop()
+    frozen = clock.seconds()
+    time.sleep(0.1)
+    assert clock.seconds() == frozen < 0.5
+
+
 def test_budget_record_has_the_curve_and_speed(tmp_path):
     clock = budget.Budget(minutes=1)
     clock.spent()

@@ -22,13 +22,23 @@ class Budget:
         self.limit = 60 * minutes
         self.started: float | None = None  # perf_counter at the first training batch
         self.paused = 0.0  # seconds spent in validation and checkpoint saving
+        self.pause_started: float | None = None  # perf_counter when the pause under way began (None: training)
+        self.stopped: float | None = None  # training seconds when training ended
         self.steps = self.tokens = 0  # optimizer steps; source + target tokens, each side with one end symbol
         self.curve: list[dict] = []
         self.losses: list[float] = []  # training loss of every update, as the toolkit reports it (label-smoothed)
 
     def seconds(self) -> float:
-        "Training seconds so far."
-        return 0.0 if self.started is None else time.perf_counter() - self.started - self.paused
+        "Training seconds so far (frozen during a pause and once training has ended)."
+        if self.stopped is not None:
+            return self.stopped
+        now = self.pause_started if self.pause_started is not None else time.perf_counter()
+        return 0.0 if self.started is None else now - self.started - self.paused
+
+    def stop(self) -> None:
+        "Training has ended: later time does not count."
+        if self.stopped is None:
+            self.stopped = self.seconds()
 
     def spent(self) -> bool:
         "Whether the budget is used up; the first call starts the clock."
@@ -39,11 +49,14 @@ class Budget:
     def excluded(self, fn):
         "`fn` wrapped so that the time it takes does not count as training time."
         def wrapper(*args, **kwargs):
-            start = time.perf_counter()
+            if self.pause_started is not None:  # inside another excluded call (saving during validation)
+                return fn(*args, **kwargs)
+            self.pause_started = time.perf_counter()
             try:
                 return fn(*args, **kwargs)
             finally:
-                self.paused += time.perf_counter() - start
+                self.paused += time.perf_counter() - self.pause_started
+                self.pause_started = None
         return wrapper
 
     def validated(self, step: int, valid_loss: float, **extra: float) -> None:

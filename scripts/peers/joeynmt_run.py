@@ -70,6 +70,7 @@ def instrument(budget: Budget) -> list:
 
     def validated_at_the_end(self, train_data, valid_data):  # a last point on the curve, as ours has
         train_and_validate(self, train_data, valid_data)
+        budget.stop()
         if self.stats.steps % self.args.validation_freq:
             self._validate(valid_data)
 
@@ -93,6 +94,7 @@ def run_training(args: argparse.Namespace) -> None:
     budget = Budget(args.minutes)
     trainers = instrument(budget)
     train(rank=0, world_size=1, cfg=cfg, skip_test=True)
+    budget.stop()  # in case the toolkit ended training before the budget did
     trainer = trainers[0]
     budget.write(args.out / "training.json", toolkit="joeynmt", toolkit_version=joeynmt.__version__,
                  epochs=trainer.stats.epochs, checkpoint=str(args.out / "model" / "best.ckpt"),

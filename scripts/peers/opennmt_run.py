@@ -40,6 +40,7 @@ def instrument(budget: Budget) -> list:
             self.valid_loss.criterion = torch.nn.CrossEntropyLoss(ignore_index=pad, reduction="sum")
         for batches, normalization in accum_batches(self, iterator):
             if budget.spent():
+                budget.stop()
                 return
             for batch in batches:  # both sides, each with one end symbol (OpenNMT-py gives the source none)
                 budget.tokens += int(batch["srclen"].sum()) + len(batch["srclen"])
@@ -78,6 +79,7 @@ def run_training(args: argparse.Namespace) -> None:
     budget = Budget(args.minutes)
     trainers = instrument(budget)
     train(_get_parser().parse_args(["-config", str(config)]))
+    budget.stop()  # in case the toolkit ended training before the budget did
     steps = trainers[0].optim.training_step - 1
     last = args.out / "model" / f"model_step_{steps}.pt"
     budget.write(args.out / "training.json", toolkit="opennmt-py", toolkit_version=onmt.__version__,
