@@ -46,6 +46,8 @@ if [ ! -f "$VENV/.peer-ready" ]; then  # the toolkit's own environment, with our
   touch "$VENV/.peer-ready"
 fi
 
+SETTINGS="PEER_MINUTES=$MINUTES"  # the command, with every setting that differs from the defaults
+for name in $(compgen -v PEER_ | grep -v '^PEER_MINUTES$' | sort); do SETTINGS+=" $name=$(printf %q "${!name}")"; done
 RUNNER=("$VENV/bin/python" -W ignore "scripts/peers/${TOOLKIT}_run.py")
 python scripts/peers/prepare.py --out "$OUT/data" ${PEER_EVAL_LINES:+--eval-lines "$PEER_EVAL_LINES"}
 "${RUNNER[@]}" train --config "scripts/peers/$TOOLKIT.yaml" --data "$OUT/data" --out "$OUT" --minutes "$MINUTES" \
@@ -54,4 +56,4 @@ python scripts/peers/prepare.py --out "$OUT/data" ${PEER_EVAL_LINES:+--eval-line
 read -r BEAM ALPHA < <(python scripts/peers/report.py choose --out "$OUT" --beams "${BEAMS[@]}" --alphas "${ALPHAS[@]}")
 "${RUNNER[@]}" decode --out "$OUT" --splits test2016 test2017 mscoco2017 --beams "$BEAM" --alphas "$ALPHA"
 python scripts/peers/report.py write --out "$OUT" --beams "${BEAMS[@]}" --alphas "${ALPHAS[@]}" --report "$REPORT" \
-  --command "PEER_MINUTES=$MINUTES bash scripts/peers/run.sh $TOOLKIT"
+  --command "$SETTINGS bash scripts/peers/run.sh $TOOLKIT"
