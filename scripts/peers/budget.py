@@ -1,0 +1,74 @@
+"""The training-time budget and the record that both peer launchers share (standard library only: it runs inside each
+toolkit's own virtual environment). Training time is counted as ours is: wall time from the first training batch,
+less the time spent validating and saving checkpoints; the budget is checked before every batch, so a run ends at
+most one step after the budget is spent, through the toolkit's own end of training (which saves a last checkpoint)."""
+import json
+import time
+from statistics import fmean
+from pathlib import Path
+
+
+def mean(values: list[float]) -> float | None:
+    "The mean of `values` rounded to 4 places, or None if there are none."
+    return round(fmean(values), 4) if values else None
+
+
+class Budget:
+    "Training seconds against a limit, with time spent in validation or saving left out, and the validation curve."
+
+    def __init__(self, minutes: float):
+        if not minutes > 0:
+            raise ValueError(f"the training budget must be a positive number of minutes, got {minutes!r}")
+        self.limit = 60 * minutes
+        self.started: float | None = None  # perf_counter at the first training batch
+        self.paused = 0.0  # seconds spent in validation and checkpoint saving
+        self.pause_started: float | None = None  # perf_counter when the pause under way began (None: training)
+        self.stopped: float | None = None  # training seconds when training ended
+        self.steps = self.tokens = 0  # optimizer steps; source + target tokens, each side with one end symbol
+        self.curve: list[dict] = []
+        self.losses: list[float] = []  # training loss of every update, as the toolkit reports it (label-smoothed)
+
+    def seconds(self) -> float:
+        "Training seconds so far (frozen during a pause and once training has ended)."
+        if self.stopped is not None:
+            return self.stopped
+        now = self.pause_started if self.pause_started is not None else time.perf_counter()
+        return 0.0 if self.started is None else now - self.started - self.paused
+
+    def stop(self) -> None:
+        "Training has ended: later time does not count."
+        if self.stopped is None:
+            self.stopped = self.seconds()
+
+    def spent(self) -> bool:
+        "Whether the budget is used up; the first call starts the clock."
+        if self.started is None:
+            self.started = time.perf_counter()
+        return self.seconds() >= self.limit
+
+    def excluded(self, fn):
+        "`fn` wrapped so that the time it takes does not count as training time."
+        def wrapper(*args, **kwargs):
+            if self.pause_started is not None:  # inside another excluded call (saving during validation)
+                return fn(*args, **kwargs)
+            self.pause_started = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.paused += time.perf_counter() - self.pause_started
+                self.pause_started = None
+        return wrapper
+
+    def validated(self, step: int, valid_loss: float, **extra: float) -> None:
+        "Add a point to the validation curve (`valid_loss`: mean negative log-likelihood per target token)."
+        self.curve.append({"step": step, "train_minutes": round(self.seconds() / 60, 3),
+                           "valid_loss": round(valid_loss, 5), **extra})
+
+    def write(self, path: Path, **facts) -> None:
+        "Write what the run measured, with `facts` such as the toolkit's version and the checkpoint to decode."
+        record = {"train_minutes": round(self.seconds() / 60, 2), "budget_minutes": self.limit / 60,
+                  "steps": self.steps, "tokens": self.tokens,
+                  "tokens_per_s": round(self.tokens / max(self.seconds(), 1e-9)),
+                  "train_loss_first_10": mean(self.losses[:10]), "train_loss_last_10": mean(self.losses[-10:]),
+                  **facts, "curve": self.curve}
+        Path(path).write_text(json.dumps(record, indent=1) + "\n")

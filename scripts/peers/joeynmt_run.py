@@ -1,0 +1,140 @@
+"""Train Joey NMT 2.3 under the training-time budget and decode with its own beam search; runs in Joey NMT's own
+virtual environment (scripts/peers/run.sh makes it).
+
+    python joeynmt_run.py train --config joeynmt.yaml --data DATA --out OUT --minutes 60
+    python joeynmt_run.py decode --out OUT --splits val --beams 4 6 --alphas 0.6 1.0
+"""
+import argparse
+import sys
+from pathlib import Path
+
+import joeynmt
+import joeynmt.builders
+import yaml
+from torch.optim.lr_scheduler import ReduceLROnPlateau
+from joeynmt.loss import XentLoss
+from joeynmt.prediction import predict, prepare
+from joeynmt.config import parse_global_args
+from joeynmt.helpers import make_model_dir
+from joeynmt.helpers_for_ddp import get_logger
+from joeynmt.training import TrainManager, train
+
+from budget import Budget
+
+
+class PlateauWithoutVerbose(ReduceLROnPlateau):
+    "Joey NMT 2.3's plateau schedule passes verbose=False, an argument torch 2.13 no longer takes; nothing else changes."
+
+    def __init__(self, optimizer, verbose: bool = False, **kwargs):
+        super().__init__(optimizer, **kwargs)
+
+
+joeynmt.builders.ReduceLROnPlateau = PlateauWithoutVerbose
+
+
+def fill_config(template: Path, data: Path, out: Path) -> dict:
+    "The recipe with the data and output folders filled in."
+    text = template.read_text().replace("{data}", str(data.resolve())).replace("{out}", str(out.resolve()))
+    return yaml.safe_load(text)
+
+
+def instrument(budget: Budget) -> list:
+    "Patch Joey's `TrainManager` to stop at the budget and to record the curve; returns a list that gets the trainer."
+    trainers: list = []
+    train_step, validate, add_report = TrainManager._train_step, TrainManager._validate, TrainManager._add_report
+    train_and_validate = TrainManager.train_and_validate
+
+    def budgeted_step(self, batch):
+        if not trainers:
+            trainers.append(self)
+        if budget.spent():  # this update still runs; the loop then ends as it does at max_updates
+            self.stats.is_max_update = True
+        result = train_step(self, batch)
+        budget.losses.append(float(result[0]))  # per target token (normalization: tokens)
+        budget.tokens += int(batch.src_length.sum()) + int(batch.ntokens)  # both sides, each with its </s>
+        budget.steps = self.stats.steps + 1
+        return result
+
+    def unsmoothed_validation(self, valid_data):  # loss and perplexity as ours reports them: without smoothing
+        smoothed = self.model.loss_function
+        self.model._loss_function = XentLoss(pad_index=smoothed.pad_index, smoothing=0.0)
+        try:
+            return validate(self, valid_data)
+        finally:
+            self.model._loss_function = smoothed
+
+    def recorded_report(self, valid_scores, new_best=False):
+        budget.validated(self.stats.steps, valid_scores["loss"], valid_ppl=round(valid_scores["ppl"], 4),
+                         epoch=self.stats.epochs)
+        return add_report(self, valid_scores, new_best)
+
+    def validated_at_the_end(self, train_data, valid_data):  # a last point on the curve, as ours has
+        train_and_validate(self, train_data, valid_data)
+        budget.stop()
+        if self.stats.steps % self.args.validation_freq:
+            self._validate(valid_data)
+
+    TrainManager._train_step = budgeted_step
+    TrainManager.train_and_validate = validated_at_the_end
+    TrainManager._validate = budget.excluded(unsmoothed_validation)
+    TrainManager._save_checkpoint = budget.excluded(TrainManager._save_checkpoint)
+    TrainManager._add_report = recorded_report
+    return trainers
+
+
+def run_training(args: argparse.Namespace) -> None:
+    "Train for `args.minutes` of training time and write training.json."
+    cfg = fill_config(args.config, args.data, args.out)
+    if args.valid_every:  # smoke tests validate more often than the recipe
+        cfg["training"]["validation_freq"] = cfg["training"]["logging_freq"] = args.valid_every
+    model_dir = Path(cfg["model_dir"])
+    make_model_dir(model_dir, overwrite=True)  # as `python -m joeynmt train` does
+    (args.out / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    get_logger("", log_file=str(model_dir / "train.log"))
+    budget = Budget(args.minutes)
+    trainers = instrument(budget)
+    train(rank=0, world_size=1, cfg=cfg, skip_test=True)
+    budget.stop()  # in case the toolkit ended training before the budget did
+    trainer = trainers[0]
+    budget.write(args.out / "training.json", toolkit="joeynmt", toolkit_version=joeynmt.__version__,
+                 epochs=trainer.stats.epochs, checkpoint=str(args.out / "model" / "best.ckpt"),
+                 checkpoint_choice="best validation perplexity (the recipe's early-stopping checkpoint)")
+
+
+def run_decoding(args: argparse.Namespace) -> None:
+    "Translate each split with each beam size and α; token hypotheses go to OUT/hyp/SPLIT.bBEAM.aALPHA.tok."
+    cfg = yaml.safe_load((args.out / "config.yaml").read_text())
+    cfg["testing"]["load_model"] = str(args.out / "model" / "best.ckpt")
+    data = Path(cfg["data"]["dev"]).parent
+    (args.out / "hyp").mkdir(exist_ok=True)
+    for split in args.splits:
+        cfg["data"]["test"] = str(data / split)
+        parsed = parse_global_args(cfg, rank=0, mode="test")
+        model, _, _, split_data = prepare(parsed, rank=0, mode="test")
+        for beam in args.beams:
+            for alpha in args.alphas:
+                settings = parsed.test._replace(beam_size=beam, beam_alpha=alpha)
+                hypotheses = predict(model=model, data=split_data, device=parsed.device, n_gpu=0, rank=0,
+                                     compute_loss=False, normalization="tokens", args=settings,
+                                     autocast=parsed.autocast)[2]
+                path = args.out / "hyp" / f"{split}.b{beam}.a{alpha:g}.tok"
+                path.write_text("".join(h + "\n" for h in hypotheses), "utf-8")
+                print(f"wrote {path}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    training = commands.add_parser("train")
+    training.add_argument("--config", type=Path, required=True)
+    training.add_argument("--data", type=Path, required=True)
+    training.add_argument("--out", type=Path, required=True)
+    training.add_argument("--minutes", type=float, required=True)
+    training.add_argument("--valid-every", type=int, default=0, help="validate every N updates (default: recipe)")
+    decoding = commands.add_parser("decode")
+    decoding.add_argument("--out", type=Path, required=True)
+    decoding.add_argument("--splits", nargs="+", required=True)
+    decoding.add_argument("--beams", type=int, nargs="+", required=True)
+    decoding.add_argument("--alphas", type=float, nargs="+", required=True)
+    parsed_args = parser.parse_args()
+    {"train": run_training, "decode": run_decoding}[parsed_args.command](parsed_args)

@@ -1,0 +1,120 @@
+"""Train OpenNMT-py 3.5 under the training-time budget and decode with its own beam search; runs in OpenNMT-py's own
+virtual environment (scripts/peers/run.sh makes it).
+
+    python opennmt_run.py train --config opennmt.yaml --data DATA --out OUT --minutes 60
+    python opennmt_run.py decode --out OUT --splits val --beams 4 6 --alphas 0.6 1.0
+"""
+import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+os.environ.setdefault("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "1")  # before torch loads: see README.md
+import onmt  # noqa: E402
+import torch  # noqa: E402
+import yaml  # noqa: E402
+from onmt.bin.train import _get_parser, train  # noqa: E402
+from onmt.models.model_saver import ModelSaver  # noqa: E402
+from onmt.trainer import Trainer  # noqa: E402
+
+from budget import Budget  # noqa: E402
+
+
+def fill_config(template: Path, data: Path, out: Path) -> dict:
+    "The recipe with the data and output folders filled in."
+    text = template.read_text().replace("{data}", str(data.resolve())).replace("{out}", str(out.resolve()))
+    return yaml.safe_load(text)
+
+
+def instrument(budget: Budget) -> list:
+    "Patch OpenNMT-py's `Trainer` to stop at the budget and to record the curve; returns a list that gets the trainer."
+    trainers: list = []
+    accum_batches, validate, gradient_accumulation = Trainer._accum_batches, Trainer.validate, \
+        Trainer._gradient_accumulation
+
+    def budgeted_batches(self, iterator):  # the training loop ends when batches run out, then saves a checkpoint
+        if not trainers:
+            trainers.append(self)
+            pad = self.valid_loss.padding_idx  # validation loss as ours reports it: without label smoothing
+            self.valid_loss.criterion = torch.nn.CrossEntropyLoss(ignore_index=pad, reduction="sum")
+        for batches, normalization in accum_batches(self, iterator):
+            if budget.spent():
+                budget.stop()
+                return
+            for batch in batches:  # both sides, each with one end symbol (OpenNMT-py gives the source none)
+                budget.tokens += int(batch["srclen"].sum()) + len(batch["srclen"])
+                budget.tokens += int(batch["tgt"][:, 1:, 0].ne(pad).sum())
+            yield batches, normalization
+
+    def counted_accumulation(self, true_batches, normalization, total_stats, report_stats):
+        before = (report_stats.loss, report_stats.n_words)
+        gradient_accumulation(self, true_batches, normalization, total_stats, report_stats)
+        words = report_stats.n_words - before[1]
+        if words > 0:  # a report resets the statistics between updates, never inside one
+            budget.losses.append((report_stats.loss - before[0]) / words)
+        budget.steps = self.optim.training_step - 1
+
+    def recorded_validation(self, valid_iter, moving_average=None):
+        stats = validate(self, valid_iter, moving_average)
+        budget.validated(self.optim.training_step, stats.xent(), valid_ppl=round(stats.ppl(), 4),
+                         valid_accuracy=round(stats.accuracy(), 3))
+        return stats
+
+    Trainer._accum_batches = budgeted_batches
+    Trainer._gradient_accumulation = counted_accumulation
+    Trainer.validate = budget.excluded(recorded_validation)
+    ModelSaver.save = budget.excluded(ModelSaver.save)
+    return trainers
+
+
+def run_training(args: argparse.Namespace) -> None:
+    "Train for `args.minutes` of training time and write training.json."
+    (args.out / "model").mkdir(parents=True, exist_ok=True)
+    cfg = fill_config(args.config, args.data, args.out)
+    if args.valid_every:  # smoke tests validate more often than the recipe
+        cfg["valid_steps"] = args.valid_every
+    config = args.out / "config.yaml"
+    config.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    budget = Budget(args.minutes)
+    trainers = instrument(budget)
+    train(_get_parser().parse_args(["-config", str(config)]))
+    budget.stop()  # in case the toolkit ended training before the budget did
+    steps = trainers[0].optim.training_step - 1
+    last = args.out / "model" / f"model_step_{steps}.pt"
+    budget.write(args.out / "training.json", toolkit="opennmt-py", toolkit_version=onmt.__version__,
+                 checkpoint=str(last), checkpoint_choice="the last checkpoint (as the recipe translates)")
+
+
+def run_decoding(args: argparse.Namespace) -> None:
+    "Translate each split with each beam size and α; token hypotheses go to OUT/hyp/SPLIT.bBEAM.aALPHA.tok."
+    training = yaml.safe_load((args.out / "training.json").read_text())
+    data = Path(yaml.safe_load((args.out / "config.yaml").read_text())["src_vocab"]).parent
+    (args.out / "hyp").mkdir(exist_ok=True)
+    for split in args.splits:
+        for beam in args.beams:
+            for alpha in args.alphas:
+                path = args.out / "hyp" / f"{split}.b{beam}.a{alpha:g}.tok"
+                subprocess.run([sys.executable, "-m", "onmt.bin.translate", "-model", training["checkpoint"],
+                                "-src", str(data / f"{split}.de"), "-output", str(path), "-beam_size", str(beam),
+                                "-length_penalty", "wu", "-alpha", str(alpha), "-batch_type", "tokens",
+                                "-batch_size", "2048"], check=True)
+                print(f"wrote {path}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    training_parser = commands.add_parser("train")
+    training_parser.add_argument("--config", type=Path, required=True)
+    training_parser.add_argument("--data", type=Path, required=True)
+    training_parser.add_argument("--out", type=Path, required=True)
+    training_parser.add_argument("--minutes", type=float, required=True)
+    training_parser.add_argument("--valid-every", type=int, default=0, help="validate every N updates (default: recipe)")
+    decoding = commands.add_parser("decode")
+    decoding.add_argument("--out", type=Path, required=True)
+    decoding.add_argument("--splits", nargs="+", required=True)
+    decoding.add_argument("--beams", type=int, nargs="+", required=True)
+    decoding.add_argument("--alphas", type=float, nargs="+", required=True)
+    parsed_args = parser.parse_args()
+    {"train": run_training, "decode": run_decoding}[parsed_args.command](parsed_args)

@@ -1,0 +1,169 @@
+"""The peer toolkits' scripts (scripts/peers/), in the parts that need no toolkit installed: the recipes match our
+`small` size and our vocabulary, the data survive the round trip through space-separated tokens, the budget leaves
+validation out, tuning and the report carry what the chapter's table and chart read."""
+
+import json
+import math
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from transformer.data import SPECIAL_TOKENS, train_bpe
+from transformer.model import PRESETS
+
+ROOT = Path(__file__).resolve().parents[1]
+PEERS = ROOT / "scripts" / "peers"
+sys.path.insert(0, str(PEERS))
+
+import budget  # noqa: E402
+import prepare  # noqa: E402
+import report  # noqa: E402
+
+SMALL = PRESETS["small"]
+SENTENCES = ["Zwei junge Männer spielen Fußball.", "Two young men play football.", "Ein Hund läuft  im Schnee!",
+             "A dog runs in the snow!", "Tabs\tand «quotes» stay."] * 20
+
+
+def recipe(name: str) -> dict:
+    return yaml.safe_load((PEERS / name).read_text())
+
+
+def test_joeynmt_recipe_is_our_small_size_with_one_shared_vocabulary():
+    model = recipe("joeynmt.yaml")["model"]
+    assert model["tied_embeddings"] and model["tied_softmax"]
+    for side, layers in (("encoder", "n_encoder_layers"), ("decoder", "n_decoder_layers")):
+        part = model[side]
+        assert part["type"] == "transformer" and part["num_layers"] == SMALL[layers]
+        assert part["hidden_size"] == part["embeddings"]["embedding_dim"] == SMALL["d_model"]
+        assert (part["num_heads"], part["ff_size"]) == (SMALL["n_heads"], SMALL["d_ff"])
+    data = recipe("joeynmt.yaml")["data"]
+    assert data["src"]["voc_file"] == data["trg"]["voc_file"] == "{data}/vocab.txt"
+    assert data["src"]["level"] == data["trg"]["level"] == "word"  # our BPE tokens, read as they are
+
+
+def test_opennmt_recipe_is_our_small_size_with_one_shared_vocabulary():
+    cfg = recipe("opennmt.yaml")
+    assert cfg["hidden_size"] == cfg["word_vec_size"] == SMALL["d_model"]
+    assert (cfg["heads"], cfg["transformer_ff"]) == (SMALL["n_heads"], SMALL["d_ff"])
+    assert (cfg["enc_layers"], cfg["dec_layers"]) == (SMALL["n_encoder_layers"], SMALL["n_decoder_layers"])
+    assert cfg["share_vocab"] and cfg["share_embeddings"] and cfg["share_decoder_embeddings"]
+    assert cfg["src_vocab"] == cfg["tgt_vocab"] == "{data}/vocab.txt"
+
+
+def test_opennmt_shorter_warmup_keeps_the_recipes_peak_rate():
+    "noam: factor · d^-0.5 · warmup^-0.5 at the peak; the FAQ's factor 2 and 8,000 warmup updates at d_model 256."
+    cfg = recipe("opennmt.yaml")
+    peak = cfg["learning_rate"] * SMALL["d_model"] ** -0.5 * cfg["warmup_steps"] ** -0.5
+    assert math.isclose(peak, 2 * SMALL["d_model"] ** -0.5 * 8000 ** -0.5, rel_tol=1e-3)
+    assert cfg["warmup_steps"] == 1000
+
+
+def test_vocabulary_is_ours_without_our_special_tokens(tmp_path):
+    assert prepare.our_vocab_size() == 8000  # the size configs/multi30k-de-en.toml gives our full run
+    tokenizer = train_bpe(SENTENCES, vocab_size=300)
+    prepare.write_vocab(tokenizer, tmp_path / "vocab.txt")
+    tokens = (tmp_path / "vocab.txt").read_text("utf-8").splitlines()
+    assert len(tokens) == len(set(tokens)) == tokenizer.get_vocab_size() - len(SPECIAL_TOKENS)
+    assert not set(tokens) & set(SPECIAL_TOKENS) and all(t and not any(c.isspace() for c in t) for t in tokens)
+
+
+def test_token_lines_come_back_as_the_same_text():
+    tokenizer = train_bpe(SENTENCES, vocab_size=300)
+    lines = prepare.token_lines(tokenizer, SENTENCES[:5])
+    assert all("\n" not in line for line in lines) and lines[0].count(" ") >= 4
+    assert report.detokenize(lines, tokenizer) == SENTENCES[:5]
+
+
+def test_budget_leaves_excluded_time_out():
+    clock = budget.Budget(minutes=0.2 / 60)  # 0.2 s
+    assert not clock.spent()  # starts the clock
+    clock.excluded(time.sleep)(0.4)  # validation: twice the budget, not counted
+    assert not clock.spent() and clock.seconds() < 0.2
+    time.sleep(0.3)
+    assert clock.spent()
+
+
+def test_a_validation_point_and_the_end_of_training_freeze_the_clock():
+    clock = budget.Budget(minutes=1)
+    clock.spent()
+    time.sleep(0.05)
+
+    def validate():  # a slow validation that saves a checkpoint (itself excluded) and records a point
+        clock.excluded(time.sleep)(0.5)
+        time.sleep(0.5)
+        clock.validated(1, 4.0)
+    clock.excluded(validate)()
+    assert 0.05 <= clock.curve[0]["train_minutes"] * 60 < 0.5  # the point's time leaves its own validation out
+    clock.stop()
+    frozen = clock.seconds()
+    time.sleep(0.1)
+    assert clock.seconds() == frozen < 0.5
+
+
+def test_budget_record_has_the_curve_and_speed(tmp_path):
+    clock = budget.Budget(minutes=1)
+    clock.spent()
+    clock.steps, clock.tokens, clock.losses = 2, 1000, [9.0, 7.0]
+    clock.validated(2, 5.123456, valid_ppl=167.9)
+    clock.write(tmp_path / "training.json", toolkit="joeynmt", toolkit_version="2.3.0")
+    record = json.loads((tmp_path / "training.json").read_text())
+    assert record["steps"] == 2 and record["tokens_per_s"] > 1000 and record["train_loss_first_10"] == 8.0
+    assert record["curve"] == [{"step": 2, "train_minutes": record["curve"][0]["train_minutes"],
+                                "valid_loss": 5.12346, "valid_ppl": 167.9}]
+
+
+def test_tuning_chooses_the_best_setting_on_val_with_our_bleu(tmp_path):
+    tokenizer = train_bpe(SENTENCES, vocab_size=300)
+    (tmp_path / "data").mkdir()
+    tokenizer.save(str(tmp_path / "data" / "tokenizer.json"))
+    references = ["Two young men play football.", "A dog runs in the snow!"]
+    (tmp_path / "data" / "val.raw.en").write_text("".join(r + "\n" for r in references))
+    (tmp_path / "hyp").mkdir()
+    outputs = {(4, 0.6): ["Two men play.", "A dog runs."], (4, 1.0): references, (6, 1.0): references}
+    for (beam, alpha), lines in outputs.items():
+        path = report.hypothesis_file(tmp_path, "val", beam, alpha)
+        path.write_text("".join(line + "\n" for line in prepare.token_lines(tokenizer, lines)))
+    grid = report.tune(tmp_path, [4, 6], [1.0]) + report.tune(tmp_path, [4], [0.6])
+    assert [(row["beam"], row["alpha"], row["val_bleu"]) for row in grid[:2]] == [(4, 1.0, 100.0), (6, 1.0, 100.0)]
+    assert grid[2]["val_bleu"] < 100.0  # the shorter hypotheses score lower
+    with pytest.raises(SystemExit, match="beam 6, α 0.6"):  # a translation that was never made: one clear line
+        report.tune(tmp_path, [4, 6], [0.6, 1.0])
+
+
+def test_report_has_the_fields_the_chapter_reads():
+    training = {"toolkit": "opennmt-py", "toolkit_version": "3.5.1", "train_minutes": 60.01, "budget_minutes": 60.0,
+                "steps": 3000, "tokens": 14_400_000, "tokens_per_s": 4000, "checkpoint_choice": "the last checkpoint",
+                "train_loss_first_10": 9.1, "train_loss_last_10": 3.2,
+                "curve": [{"step": 250, "train_minutes": 5.0, "valid_loss": 3.1}]}
+    grid = [{"beam": 6, "alpha": 1.2, "val_bleu": 40.0}, {"beam": 4, "alpha": 0.6, "val_bleu": 39.0}]
+    scores = {"test2016": 41.0, "test2017": 36.0, "mscoco2017": 28.0}
+    record = report.peer_record(training, grid, scores, "nrefs:1|…", "bash scripts/peers/run.sh opennmt", "abc",
+                                "some CPU", tokens_per_epoch=900_000)
+    for key in ("toolkit", "version", "train_minutes", "steps", "epochs", "tokens_per_s", "test2016_sacrebleu", "command",
+                "commit", "machine", "validation_curve", "sacrebleu_signature"):
+        assert key in record, key
+    assert record["sacrebleu"] == scores and record["test2016_sacrebleu"] == 41.0
+    assert (record["beam_size"], record["alpha"]) == (6, 1.2) and record["epochs"] == 16.0
+
+
+def test_an_epoch_counts_both_sides_with_one_end_symbol_each(tmp_path):
+    (tmp_path / "train.de").write_text("Ein Hund .\nZwei\n")
+    (tmp_path / "train.en").write_text("A Ġdog .\nTwo\n")
+    assert report.epoch_tokens(tmp_path) == (4 + 2) * 2
+
+
+def test_signature_warning_names_both_signatures(tmp_path):
+    summary = tmp_path / "summary.json"
+    summary.write_text(json.dumps({"sacrebleu_signature": "nrefs:1|version:2.6.0"}))
+    assert report.signature_warning("nrefs:1|version:2.6.0", summary) is None
+    warning = report.signature_warning("nrefs:1|version:2.7.0", summary)
+    assert "2.7.0" in warning and "2.6.0" in warning
+
+
+def test_run_names_the_toolkits_it_knows():
+    done = subprocess.run(["bash", str(PEERS / "run.sh"), "fairseq"], capture_output=True, text=True)
+    assert done.returncode == 2 and "joeynmt|opennmt" in done.stderr and "fairseq" in done.stderr
