@@ -143,8 +143,8 @@ def test_report_has_the_fields_the_chapter_reads():
     scores = {"test2016": 41.0, "test2017": 36.0, "mscoco2017": 28.0}
     record = report.peer_record(training, grid, scores, "nrefs:1|…", "bash scripts/peers/run.sh opennmt", "abc",
                                 "some CPU", tokens_per_epoch=900_000)
-    for key in ("toolkit", "version", "train_minutes", "steps", "epochs", "tokens_per_s", "test2016_sacrebleu", "command",
-                "commit", "machine", "validation_curve", "sacrebleu_signature"):
+    for key in ("toolkit", "version", "train_minutes", "steps", "epochs", "tokens_per_s", "test2016_sacrebleu",
+                "command", "commit", "machine", "validation_curve", "sacrebleu_signature"):
         assert key in record, key
     assert record["sacrebleu"] == scores and record["test2016_sacrebleu"] == 41.0
     assert (record["beam_size"], record["alpha"]) == (6, 1.2) and record["epochs"] == 16.0

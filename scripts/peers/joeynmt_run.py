@@ -23,7 +23,7 @@ from budget import Budget
 
 
 class PlateauWithoutVerbose(ReduceLROnPlateau):
-    "Joey NMT 2.3's plateau schedule passes verbose=False, an argument torch 2.13 no longer takes; nothing else changes."
+    "Joey NMT 2.3's plateau schedule passes verbose=False, which torch 2.13 no longer takes; nothing else changes."
 
     def __init__(self, optimizer, verbose: bool = False, **kwargs):
         super().__init__(optimizer, **kwargs)
@@ -130,7 +130,7 @@ if __name__ == "__main__":
     training.add_argument("--data", type=Path, required=True)
     training.add_argument("--out", type=Path, required=True)
     training.add_argument("--minutes", type=float, required=True)
-    training.add_argument("--valid-every", type=int, default=0, help="validate every N updates (default: recipe)")
+    training.add_argument("--valid-every", type=int, default=0, help="validate every N updates (default: the recipe's)")
     decoding = commands.add_parser("decode")
     decoding.add_argument("--out", type=Path, required=True)
     decoding.add_argument("--splits", nargs="+", required=True)

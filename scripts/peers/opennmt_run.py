@@ -110,7 +110,8 @@ if __name__ == "__main__":
     training_parser.add_argument("--data", type=Path, required=True)
     training_parser.add_argument("--out", type=Path, required=True)
     training_parser.add_argument("--minutes", type=float, required=True)
-    training_parser.add_argument("--valid-every", type=int, default=0, help="validate every N updates (default: recipe)")
+    training_parser.add_argument("--valid-every", type=int, default=0,
+                                 help="validate every N updates (default: the recipe's)")
     decoding = commands.add_parser("decode")
     decoding.add_argument("--out", type=Path, required=True)
     decoding.add_argument("--splits", nargs="+", required=True)

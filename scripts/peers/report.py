@@ -69,7 +69,8 @@ def peer_record(training: dict, grid: list[dict], scores: dict[str, float], sign
             "test2016_sacrebleu": scores["test2016"], "sacrebleu": scores, "sacrebleu_signature": signature,
             "beam_size": best["beam"], "alpha": best["alpha"], "decoding": "tuned on val", "tuning": grid,
             "checkpoint": training["checkpoint_choice"],
-            "train_loss_first_10": training["train_loss_first_10"], "train_loss_last_10": training["train_loss_last_10"],
+            "train_loss_first_10": training["train_loss_first_10"],
+            "train_loss_last_10": training["train_loss_last_10"],
             "validation_curve": training["curve"], "command": command, "commit": commit, "machine": machine}
 
 
