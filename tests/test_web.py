@@ -1,5 +1,6 @@
-"""The page's JavaScript tokenizer (run by node) against the `tokenizers` library: the same ids for Multi30k
-sentences and for text with odd characters, and the same text back from any ids, broken UTF-8 included."""
+"""The page's model and tokenizer. The full run's architecture exports to at most 10 MB, its tensors each stored
+once; the page's JavaScript tokenizer (run by node) gives the `tokenizers` library's ids for Multi30k sentences and
+for text with odd characters, and the same text back from any ids, broken UTF-8 included."""
 
 import json
 import random
@@ -12,7 +13,7 @@ import pytest
 from transformer.data import load_split, train_bpe
 
 NODE = shutil.which("node")
-pytestmark = pytest.mark.skipif(NODE is None, reason="node is not installed: apt-get install nodejs")
+needs_node = pytest.mark.skipif(NODE is None, reason="node is not installed: apt-get install nodejs")
 HERE = Path(__file__).resolve().parent
 ODD = ["Ein  Mann\tläuft\u00a0schnell\u0085weg\ufeff!",
        "Straße, Größe, Öl, Ärger — „Zitat“ «x» ‚y‘",
@@ -37,6 +38,7 @@ def run_js(tokenizer_file: Path, texts: list[str], ids: list[list[int]]) -> dict
     return json.loads(done.stdout)
 
 
+@needs_node
 def test_javascript_tokenizer_is_pythons(tokenizer_file):
     """600 validation sentences (German and English) and the odd texts encode to the same ids; 300 random id
     lists (many are broken UTF-8) and the sentences' own ids decode to the same text."""
@@ -54,3 +56,23 @@ def test_javascript_tokenizer_is_pythons(tokenizer_file):
     mismatched = [(a, b) for a, b in zip(js["texts"], decoded) if a != b]
     assert not mismatched, mismatched[:3]
     assert any("\ufffd" in t for t in decoded[len(texts):])  # the random ids did break UTF-8 somewhere
+
+
+def test_page_model_of_the_full_runs_architecture_fits_10_mb(tmp_path):
+    """The `small` preset with 8,000 tokens (the full run's model) exports to at most 10 MB for the page: int8
+    weights, the embedding stored once for the encoder, the step's input and its output projection."""
+    pytest.importorskip("onnxruntime", reason="pip install -e '.[export]'")
+    from transformer.checkpoint import save_model_files
+    from transformer.export import OnnxTranslator
+    from transformer.model import Transformer, TransformerConfig
+    from transformer.web import export_web, web_model_size
+
+    model = Transformer(TransformerConfig.preset("small", src_vocab_size=8000, tgt_vocab_size=8000)).eval()
+    save_model_files(model, tmp_path)
+    train_bpe(["ein test", "a test"], 300).save(str(tmp_path / "tokenizer.json"))
+    web = export_web(tmp_path, tmp_path / "web")
+    parameters = sum(p.numel() for p in model.parameters())  # the tied embedding counted once
+    assert web_model_size(web) <= 10_000_000
+    assert (web / "weights.bin").stat().st_size < parameters + model.src_pos.table.numel() * 4 + 200_000
+    out = OnnxTranslator(web).translate_ids([[5, 6, 7]], max_extra=3)  # the graphs load and decode
+    assert len(out) == 1 and len(out[0]) <= 3 + 1 + 3

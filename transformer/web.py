@@ -8,7 +8,7 @@ __all__ = ['WEB_GRAPHS', 'WEIGHTS_FILE', 'MODEL_SCRIPT', 'ORT_WEB_VERSION', 'JS_
            'WebError', 'vendor_onnxruntime', 'translate_box', 'describe_model', 'write_model_assets',
            'train_small_model']
 
-# %% ../nbs/11c_in_the_browser.ipynb #23fd6363
+# %% ../nbs/11c_in_the_browser.ipynb #c54c2cb4
 import base64
 import hashlib
 import json
@@ -24,7 +24,7 @@ from .data import encode_pairs, sha256, train_bpe
 from .export import export_onnx, optional
 from .model import Transformer, TransformerConfig
 
-# %% ../nbs/11c_in_the_browser.ipynb #4ce060eb
+# %% ../nbs/11c_in_the_browser.ipynb #8fe71c43
 WEB_GRAPHS = ("encoder.onnx", "decoder_step.onnx")
 WEIGHTS_FILE = "weights.bin"  # the tensors of both graphs, each stored once
 MODEL_SCRIPT = "model.js"     # everything the page needs about the model, loadable from file:// by a <script> tag
@@ -39,8 +39,10 @@ def tie_output_projection(step) -> None:
     "In an int8 step graph: the output projection reads the embedding's 8-bit matrix, transposed, not its own copy."
     onnx = optional("onnx")
     inits = {t.name: t for t in step.graph.initializer}
-    gather = next(n for n in step.graph.node if n.op_type == "Gather" and n.input[0] in inits
-                  and inits[n.input[0]].data_type == onnx.TensorProto.UINT8)
+    gather = next((n for n in step.graph.node if n.op_type == "Gather" and n.input[0] in inits
+                   and inits[n.input[0]].data_type == onnx.TensorProto.UINT8), None)
+    if gather is None:  # a quantizer that left the embedding in float: nothing to share
+        return
     dequantize = consumers(step.graph, gather.output[0])[0]  # (table, scale, zero point) of the embedding
     table, scale, zero = gather.input[0], dequantize.input[1], dequantize.input[2]
     vocab = inits[table].dims[0]
@@ -54,7 +56,7 @@ def tie_output_projection(step) -> None:
     for name in (f"{own}_quantized", f"{own}_scale", f"{own}_zero_point"):
         step.graph.initializer.remove(inits[name])
 
-# %% ../nbs/11c_in_the_browser.ipynb #3954281f
+# %% ../nbs/11c_in_the_browser.ipynb #342c3b3c
 def constants_to_initializers(model, min_bytes: int) -> None:
     "Turn Constant nodes of at least `min_bytes` into initializers, so that they can be stored outside the graph."
     onnx = optional("onnx")
@@ -110,7 +112,7 @@ def export_web(model_dir: str | Path, out: str | Path, int8: bool = True) -> Pat
     shutil.copy(model_dir / "tokenizer.json", out / "tokenizer.json")
     return out
 
-# %% ../nbs/11c_in_the_browser.ipynb #a2c96068
+# %% ../nbs/11c_in_the_browser.ipynb #965f4377
 def web_model_size(folder: str | Path) -> int:
     "Bytes of the model files a page loads: both graphs and their weights."
     return sum((Path(folder) / name).stat().st_size for name in (*WEB_GRAPHS, WEIGHTS_FILE))
@@ -126,7 +128,7 @@ def write_model_script(folder: str | Path, path: str | Path, about: dict) -> Pat
     path.write_text(f"window.TranslateModel = {json.dumps(model, ensure_ascii=False)};\n", encoding="utf-8")
     return path
 
-# %% ../nbs/11c_in_the_browser.ipynb #fe146b93
+# %% ../nbs/11c_in_the_browser.ipynb #3cfb4436
 ORT_WEB_VERSION = "1.30.0"  # the onnxruntime-web release the page runs on, from the npm registry
 JS_SOURCES = ("tokenizer.js", "decoding.js", "page.js")  # the page's own scripts, in _extra/translate/
 
@@ -157,7 +159,7 @@ def vendor_onnxruntime(folder: str | Path, version: str = ORT_WEB_VERSION) -> Pa
                                         f"window.OrtWasm = {json.dumps(wasm)};\n", encoding="utf-8")
     return folder
 
-# %% ../nbs/11c_in_the_browser.ipynb #0d2bcbb8
+# %% ../nbs/11c_in_the_browser.ipynb #98f9b379
 def translate_box(assets: str) -> str:
     "The HTML of a translation box; `assets`: the URL of the site's translate/ folder, from the page."
     scripts = "".join(f'<script src="{assets}{name}"></script>' for name in JS_SOURCES)
@@ -176,7 +178,7 @@ def translate_box(assets: str) -> str:
 <div class="translate-map"></div><p class="translate-about"></p>
 </div>{scripts}"""
 
-# %% ../nbs/11c_in_the_browser.ipynb #17ca8334
+# %% ../nbs/11c_in_the_browser.ipynb #28ca0f8b
 def describe_model(model_dir: Path, name: str, size: int, measured: dict | None, int8: bool = True) -> str:
     "The page's line about the model it runs, with its measured BLEU where `measured` is about these weights."
     cfg = json.loads((model_dir / "config.json").read_text())
@@ -202,7 +204,7 @@ def write_model_assets(model_dir: str | Path, folder: str | Path, name: str, mea
         write_model_script(web, folder / MODEL_SCRIPT, about)
     return folder
 
-# %% ../nbs/11c_in_the_browser.ipynb #0fe53e46
+# %% ../nbs/11c_in_the_browser.ipynb #81ce6448
 def train_small_model(pairs: list[tuple[str, str]], out: str | Path, steps: int = 300, vocab_size: int = 1000,
                       seed: int = 0) -> Path:
     "A model folder of the `tiny` preset trained in seconds on sentence `pairs`: for a page built without a real model."
