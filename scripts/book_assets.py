@@ -9,17 +9,20 @@ import argparse
 import importlib.util
 import json
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
 from transformer.data import load_split
 from transformer.viz import write_vega_bundle
-from transformer.web import train_small_model, write_model_assets
+from transformer.web import WebError, train_small_model, write_model_assets
 
 root = Path(__file__).resolve().parent.parent
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("--web-model", help="the model folder the translation box runs")
 args = parser.parse_args()
+if args.web_model and not (Path(args.web_model) / "config.json").is_file():
+    sys.exit(f"book_assets.py: --web-model {args.web_model} is not a model folder (it has no config.json)")
 
 write_vega_bundle(root / "_static/vega-bundle.js")
 # MathJax 3 as one self-contained script (SVG output needs no font files), from the django-static-mathjax wheel.
@@ -40,5 +43,8 @@ with tempfile.TemporaryDirectory() as tmp:
     else:
         model_dir = train_small_model(load_split("train")[:3000], Path(tmp) / "small")
         name = f"a tiny model trained for seconds when the book was built ({default.name} was not in the checkout)"
-    write_model_assets(model_dir, root / "_assets/translate", name, measured)
+    try:
+        write_model_assets(model_dir, root / "_assets/translate", name, measured)
+    except WebError as e:
+        sys.exit(f"book_assets.py: {e}")
 print(f"wrote _assets/translate/ for the translation box, running {name}")
