@@ -94,7 +94,7 @@
         rows.forEach((_, r) => {
           const logp = this.restrict(logSoftmax(step.logits.subarray(r * V, (r + 1) * V)), t + 1 >= limit);
           // the row's best 2K tokens, and their scores as continuations of the row's hypothesis (in float32)
-          const top = Array.from(logp, (value, index) => ({ value, index })).sort(byValue).slice(0, W);
+          const top = topK(logp, W);
           top.forEach((c, j) => candidates.push(
             { value: Math.fround(scores[r] + c.value), index: r * W + j, beam: r, token: c.index }));
         });
@@ -130,6 +130,21 @@
       }
       return { src: memory.src, tgt: [this.config.bos_id, ...outIds], maps };
     }
+  }
+
+  // The k largest of `values` as {value, index}, largest first, the lower index first among equals (as a stable
+  // sort would order them): one pass that keeps a short sorted list.
+  function topK(values, k) {
+    const best = [];
+    for (let index = 0; index < values.length; index++) {
+      const value = values[index];
+      if (best.length === k && !(value > best[k - 1].value)) continue;
+      if (best.length === k) best.pop();
+      let at = best.length;
+      while (at > 0 && value > best[at - 1].value) at--;
+      best.splice(at, 0, { value, index });
+    }
+    return best;
   }
 
   // log_softmax of one row of logits, in float32 as PyTorch computes it.
