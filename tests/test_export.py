@@ -21,7 +21,7 @@ from transformer.copy_task import copy_data  # noqa: E402
 from transformer.decoding import translate_ids  # noqa: E402
 from transformer.export import (  # noqa: E402
     GRAPHS, DecoderStep, EncoderGraph, OnnxTranslator, ct2_translate_ids, export_ctranslate2, export_onnx, vocabulary)
-from transformer.model import Transformer, TransformerConfig  # noqa: E402
+from transformer.model import Transformer, TransformerConfig, record_attention  # noqa: E402
 from transformer.trainer import Trainer  # noqa: E402
 from transformer.training import TrainConfig  # noqa: E402
 
@@ -76,9 +76,25 @@ def test_onnx_graphs_equal_pytorch(variant, post_ln_model, pre_ln_model, narrow_
     folder = export_onnx(model, tmp_path / "onnx")
     for lengths, S, past in [([5, 2], 5, 0), ([9, 9, 4, 1], 9, 6)]:
         got, expected = run_onnx(folder, model, padded_tokens(lengths, S, seed=S), past)
-        assert [g.shape for g in got] == [e.shape for e in expected] and got[-1].size(3) == past + 1
+        assert [g.shape for g in got] == [e.shape for e in expected] and got[-2].size(3) == past + 1
         for g, e in zip(got, expected):
             assert torch.allclose(g, e, atol=1e-4, rtol=0), (g - e).abs().max()
+
+
+def test_step_cross_attention_is_the_models(post_ln_model, src_tokens, tgt_tokens):
+    """The step's cross-attention output, fed the caches of the tokens before it, is what every decoder layer's
+    cross-attention puts on the source at that position when the model reads the whole target at once."""
+    model, tgt = post_ln_model, tgt_tokens[:, :3]  # no padding: a step has no target padding mask to apply
+    with torch.no_grad(), record_attention(model) as maps:
+        model(src_tokens, tgt)
+    with torch.no_grad():
+        _, cross_k, cross_v = EncoderGraph(model)(src_tokens)
+        self_k = self_v = cross_k[:, :, :, :0]
+        for t in range(tgt.size(1)):
+            *_, self_k, self_v, cross = DecoderStep(model)(tgt[:, t : t + 1], src_tokens != model.cfg.pad_id,
+                                                           cross_k, cross_v, self_k, self_v)
+            for i in range(model.cfg.n_decoder_layers):
+                torch.testing.assert_close(cross[i, :, :, 0], maps[f"decoder.layers.{i}.cross_attn"][:, :, t])
 
 
 @pytest.mark.parametrize("variant", ["post-LN", "pre-LN", "learned positions", "untied"])

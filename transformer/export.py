@@ -23,7 +23,7 @@ from torch import Tensor, nn
 from .attention import pad_sequences
 from .checkpoint import load_model_dir, read_config
 from .decoding import output_limits, restrict_logits_, strip_specials
-from .model import KVCache, Transformer
+from .model import KVCache, Transformer, record_attention
 
 # %% ../nbs/11_export.ipynb #9cdb933a
 FORMATS = ("onnx", "ctranslate2")
@@ -73,33 +73,36 @@ class EncoderGraph(nn.Module):
 
 # %% ../nbs/11_export.ipynb #b6f8b824
 class DecoderStep(nn.Module):
-    "New tokens (B, 1), the source mask and the caches → next-token logits (B, V) and the caches one longer."
+    "New tokens (B, 1), the source mask and the caches → logits (B, V), the caches one longer, cross-attention."
 
     def __init__(self, model: Transformer):
         super().__init__()
         self.model = model
 
     def forward(self, tokens: Tensor, src_mask: Tensor, cross_k: Tensor, cross_v: Tensor, self_k: Tensor,
-                self_v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+                self_v: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         m, cache = self.model, KVCache(len(self.model.decoder.layers))
         for i, layer in enumerate(cache.layers):
             layer["self"] |= {"k": self_k[i], "v": self_v[i]}     # (B, h, T, d_k): the positions decoded so far
             layer["cross"] |= {"k": cross_k[i], "v": cross_v[i]}  # (B, h, S, d_k): from the encoder graph
         start = torch.zeros_like(tokens[:, 0]) + self_k.size(3)  # (B,): position T, read from the cache's shape
         x = m.tgt_pos(m.tgt_embed(tokens), start)
-        hidden = m.decoder(x, cross_k, src_mask[:, None, None, :], None, cache)  # (B, 1, d_model)
+        with record_attention(m.decoder) as maps:  # the weights each layer's new query puts on the source
+            hidden = m.decoder(x, cross_k, src_mask[:, None, None, :], None, cache)  # (B, 1, d_model)
         grown = [torch.stack([layer["self"][name] for layer in cache.layers]) for name in ("k", "v")]
-        return m.generator(hidden[:, -1]), *grown  # (B, V), (L, B, h, T + 1, d_k), (L, B, h, T + 1, d_v)
+        cross = torch.stack([maps[f"layers.{i}.cross_attn"] for i in range(len(cache.layers))])  # (L, B, h, 1, S)
+        return m.generator(hidden[:, -1]), *grown, cross  # (B, V), (L, B, h, T + 1, d_k), (L, B, h, T + 1, d_v)
 
 # %% ../nbs/11_export.ipynb #c84fb2b5
 AXES = {"src": {0: "batch", 1: "src_len"}, "memory": {0: "batch", 1: "src_len"}, "tokens": {0: "batch"},
         "src_mask": {0: "batch", 1: "src_len"}, "cross_k": {1: "batch", 3: "src_len"},
         "cross_v": {1: "batch", 3: "src_len"}, "self_k": {1: "batch", 3: "past_len"},
         "self_v": {1: "batch", 3: "past_len"}, "logits": {0: "batch"}, "new_self_k": {1: "batch", 3: "len"},
-        "new_self_v": {1: "batch", 3: "len"}}
+        "new_self_v": {1: "batch", 3: "len"},
+        "cross_attn": {1: "batch", 4: "src_len"}}
 GRAPHS = {"encoder.onnx": (EncoderGraph, ["src"], ["memory", "cross_k", "cross_v"]),
           "decoder_step.onnx": (DecoderStep, ["tokens", "src_mask", "cross_k", "cross_v", "self_k", "self_v"],
-                                ["logits", "new_self_k", "new_self_v"])}
+                                ["logits", "new_self_k", "new_self_v", "cross_attn"])}
 
 
 def trace_onnx(module: nn.Module, args: tuple, path: Path, inputs: list[str], outputs: list[str]) -> None:
@@ -152,7 +155,7 @@ class OnnxTranslator:
         ys = torch.full((src.size(0), 1), cfg.bos_id)
         done = torch.zeros(src.size(0), dtype=torch.bool)
         for t in range(int(limits.max())):
-            logits, self_k, self_v = self.step.run(None, {
+            logits, self_k, self_v, _ = self.step.run(None, {
                 "tokens": ys[:, -1:].numpy(), "src_mask": (src != cfg.pad_id).numpy(), "cross_k": cross_k,
                 "cross_v": cross_v, "self_k": self_k, "self_v": self_v})
             logits = restrict_logits_(torch.from_numpy(logits), self, t + 1 >= limits)
