@@ -14,6 +14,10 @@ import os
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pandas is in the book extra only: imported where a table is made
+    import pandas
 
 # %% ../nbs/00_introduction.ipynb #7927467d
 _CDN = "https://cdn.jsdelivr.net/npm"
