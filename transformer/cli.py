@@ -23,6 +23,7 @@ from .decoder_only import check_sampling, generate  # and its model kind becomes
 from .distributed import RankFailedError, World, launch, resolve_device
 from .evaluation import (
     TEST_SPLITS, decoding_settings, evaluate_splits, file_pairs, save_decoding, tune_decoding, write_report)
+from .hub import model_folder
 from .model import PRESETS
 from .training import PRECISIONS, precision_from_bf16
 from .translation import (
@@ -34,7 +35,8 @@ LANGUAGES = ["de", "en", "fr", "cs"]  # the languages of Multi30k
 
 
 def add_decoding_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", required=True, help="a model folder: a checkpoint or an average")
+    p.add_argument("--model", required=True, help="a model folder (a checkpoint or an average), or a published "
+                   "model's name, downloaded once: multi30k-de-en")
     p.add_argument("--device", default="auto", help="auto (CUDA if present, else CPU), cpu, cuda or cuda:N")
     p.add_argument("--beam", type=int, help="beam size; 1 decodes greedily (default: the model's tuned setting, "
                    "else 4 as in §6.1)")
@@ -277,6 +279,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     world = World.from_env()
     where = f" (process {world.rank} of {world.size})" if world.size > 1 else ""
     try:
+        if getattr(args, "model", None):  # a folder, or a published model's name: downloaded the first time
+            args.model = str(model_folder(args.model))
         COMMANDS[args.command](args)
     except (ValueError, OSError, CheckpointError, DataError, RankFailedError, FloatingPointError) as e:
         print(f"transformer {args.command}{where}: error: {' '.join(str(e).split())}", file=sys.stderr)  # one line
