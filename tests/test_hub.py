@@ -131,6 +131,11 @@ def test_a_good_download_is_cached_and_works_offline(server, published, capsys, 
     assert capsys.readouterr().out.splitlines() == expected
 
 
+def test_translate_int8_decodes_the_downloaded_model(server, capsys):
+    assert main(["translate", "--model", NAME, "--int8", *SENTENCES]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == len(SENTENCES)
+
+
 @pytest.mark.parametrize("damage, words", [("corrupt", "SHA-256"), ("truncated", "retrieval incomplete")])
 def test_a_damaged_download_is_refused_and_leaves_nothing(server, capsys, damage, words):
     server.damage = damage

@@ -20,6 +20,7 @@ from . import __version__
 from .checkpoint import CheckpointError, last_checkpoints, latest_checkpoint, save_average
 from .data import DataError, load_split
 from .decoder_only import check_sampling, generate  # and its model kind becomes loadable
+from .decoding import dynamic_int8
 from .distributed import RankFailedError, World, launch, resolve_device
 from .evaluation import (
     TEST_SPLITS, decoding_settings, evaluate_splits, file_pairs, save_decoding, tune_decoding, write_report)
@@ -83,6 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_decoding_args(p)
     p.add_argument("sentences", nargs="*", help="sentences to translate")
     p.add_argument("--input", help="a file with one sentence per line")
+    p.add_argument("--int8", action="store_true", help="decode on the CPU with int8 linear layers (dynamic "
+                   "quantization): faster, with a BLEU cost that benchmarks/decode_engines.py measures")
 
     p = sub.add_parser("evaluate", help="sacreBLEU of a model on a Multi30k split or on files")
     add_decoding_args(p)
@@ -208,7 +211,11 @@ def cmd_translate(args: argparse.Namespace) -> None:
     check_decoding_args(args)
     sentences = read_sentences(args)
     decoding = decoding_settings(args.model, args.beam, args.alpha)
-    model, tokenizer = load_translator(args.model, resolve_device(args.device))
+    device = resolve_device("cpu" if args.int8 and args.device == "auto" else args.device)
+    if args.int8 and device.type != "cpu":
+        raise ValueError(f"--int8 decodes on the CPU only, not on {device}: leave out --device or give cpu")
+    model, tokenizer = load_translator(args.model, device)
+    model = dynamic_int8(model) if args.int8 else model
     for line in translate_text(model, tokenizer, sentences, decoding["beam"], decoding["alpha"], args.batch_size):
         print(line)
 
