@@ -7,13 +7,14 @@ batches (sources sorted by length, `--batch-size` at a time) go to every decoder
 load averages before and after are recorded, since other work on the machine slows every decoder. It also scores
 each decoder on Multi30k's validation split (sacreBLEU), so that int8's cost in quality is measured with its speed.
 
-    OMP_NUM_THREADS=2 python benchmarks/decode_engines.py --model multi30k-de-en
+    OMP_NUM_THREADS=2 python benchmarks/decode_engines.py [--model FOLDER_OR_NAME]
 """
 
 import argparse
 import os
 import tempfile
 import time
+from pathlib import Path
 
 import torch
 
@@ -26,6 +27,8 @@ from transformer.hub import model_folder
 from transformer.training import pad_sequences
 from transformer.translation import bleu, load_translator
 
+ROOT = Path(__file__).resolve().parents[1]
+PUBLISHED = ROOT / "models" / "multi30k-de-en"
 MAX_EXTRA = 50  # output tokens beyond the source length, for every decoder (our default)
 
 
@@ -76,7 +79,8 @@ def unsort(order: list[int], outputs: list) -> list:
 @torch.no_grad()
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="multi30k-de-en", help="a model folder or a published model's name")
+    parser.add_argument("--model", default=str(PUBLISHED), help="a model folder or a published model's name "
+                        "(default: the committed files of multi30k-de-en)")
     parser.add_argument("--sentences", type=int, default=1000, help="how many test2016 sources to time")
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--beam", type=int, default=4)
@@ -96,9 +100,9 @@ def main() -> None:
         for beam, label in ((args.beam, f"beam {args.beam}"), (1, "greedy")):
             decoders |= {f"ours float32, {label}": ours(model, beam, alpha),
                          f"ours int8, {label}": ours(int8_model, beam, alpha),
-                         f"CTranslate2 float32, {label}": ctranslate2_decoder(exported, "float32", beam, alpha, threads),
-                         f"CTranslate2 int8, {label}": ctranslate2_decoder(exported, "int8", beam, alpha, threads)}
-        order, batches = batches_of(test, args.batch_size)
+                         **{f"CTranslate2 {kind}, {label}": ctranslate2_decoder(exported, kind, beam, alpha, threads)
+                            for kind in ("float32", "int8")}}
+        _, batches = batches_of(test, args.batch_size)  # every decoder's outputs in this same order
         for run in decoders.values():  # warm-up: first calls allocate
             run(batches[0])
         seconds, outputs = dict.fromkeys(decoders, 0.0), {name: [] for name in decoders}
@@ -128,7 +132,7 @@ def main() -> None:
             ratios[f"{key}_int8_vs_ctranslate2_{kind}"] = round(
                 seconds[f"CTranslate2 {kind}, {label}"] / seconds[f"ours int8, {label}"], 2)
         ratios[f"{key}_int8_vs_float32"] = round(seconds[f"ours float32, {label}"] / seconds[f"ours int8, {label}"], 2)
-    print(f"{n} test2016 sources in batches of {args.batch_size}, {threads} threads; model {args.model}; "
+    print(f"{n} test2016 sources in batches of {args.batch_size}, {threads} threads; model {folder}; "
           f"beam search alpha {alpha}")
     for r in rows:
         print(f"{r['decoder']:32}{r['sentences_per_s']:>8.1f} sentences/s{r['tokens_per_s']:>10,.1f} tokens/s"
@@ -136,7 +140,8 @@ def main() -> None:
     print("ratios (> 1: ours is faster):", ratios)
     load = {"before": [round(x, 2) for x in load_before], "after": [round(x, 2) for x in os.getloadavg()]}
     print("load averages (1, 5, 15 min) before and after:", load)
-    path = write_result("decode_engines", {"model": args.model, "sentences": n, "batch_size": args.batch_size,
+    named = os.path.relpath(folder, ROOT) if Path(args.model).is_dir() else args.model  # not this machine's path
+    path = write_result("decode_engines", {"model": named, "sentences": n, "batch_size": args.batch_size,
                                            "beam": args.beam, "alpha": alpha, "load_averages": load,
                                            "rows": rows, "ratios": ratios})
     print(f"wrote {path}")
