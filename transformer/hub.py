@@ -17,7 +17,14 @@ from .data import DataError, cache_dir, download_checked, sha256
 
 # %% ../nbs/11b_hub.ipynb #c5110208
 # name → file → SHA-256; written by scripts/release_model.py
-PUBLISHED_MODELS: dict[str, dict[str, str]] = {}
+PUBLISHED_MODELS: dict[str, dict[str, str]] = {
+    "multi30k-de-en": {
+        "config.json": "b5e933db8493be886b9d0d5c88909bf2a1051d1b0e4f86bc48748415e4f05989",
+        "decoding.json": "5929afb825117d57444fe82007be7047e93d8ac29e3a65c533ccd7e45493972e",
+        "model.safetensors": "7e2e2df41d7b8da6e696eb5d32c5f52924aaa14e1bf834fa86583f3119173f7b",
+        "tokenizer.json": "d0db9ac5e4a3698fd6e94da9ba5ab7cd0da08ef2abd2977d5572be01fb1513b7",
+    },
+}
 
 # %% ../nbs/11b_hub.ipynb #8f61fe60
 RELEASES_URL = "https://github.com/transformer-book/transformer/releases/download"  # scripts/repository.py writes it
