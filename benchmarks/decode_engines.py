@@ -21,7 +21,6 @@ import torch
 from common import write_result
 from transformer.data import load_split
 from transformer.decoding import beam_search, dynamic_int8, greedy_decode
-from transformer.evaluation import decoding_settings
 from transformer.export import ct2_vocabulary, export_ctranslate2, optional, vocabulary
 from transformer.hub import model_folder
 from transformer.training import pad_sequences
@@ -83,12 +82,13 @@ def main() -> None:
                         "(default: the committed files of multi30k-de-en)")
     parser.add_argument("--sentences", type=int, default=1000, help="how many test2016 sources to time")
     parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--beam", type=int, default=4)
+    parser.add_argument("--beam", type=int, default=4, help="beam size (default 4, as in §6.1)")
+    parser.add_argument("--alpha", type=float, default=0.6, help="length penalty of beam search (default 0.6, §6.1)")
     args = parser.parse_args()
     load_before = os.getloadavg()
     folder = model_folder(args.model)
     model, tokenizer = load_translator(folder)
-    alpha = decoding_settings(folder)["alpha"]
+    alpha = args.alpha
     threads = torch.get_num_threads()
     int8_model = dynamic_int8(model)
     test = [e.ids for e in tokenizer.encode_batch([s for s, _ in load_split("test2016")[: args.sentences]])]
