@@ -2,8 +2,9 @@
 
 The one source is `Repository = "https://github.com/OWNER/REPO"` under `[project.urls]` in pyproject.toml (with
 `__version__` in transformer/__init__.py). From it this script writes: the Documentation URL (GitHub Pages), the
-repository of the book (_config.yml), each chapter's "Open in Colab" link and install cell, and the install line
-of the README and the introduction. A fork changes that one line and runs `python scripts/repository.py`;
+repository of the book (_config.yml), each chapter's "Open in Colab" link and install cell, the install line
+of the README and the introduction, and the address of the release assets that published models are downloaded
+from (a code cell of the published-model chapter). A fork changes that one line and runs `python scripts/repository.py`;
 `--check` changes nothing and exits 1 if any file is out of date (tests/test_repository.py runs it).
 """
 import argparse
@@ -98,9 +99,13 @@ def derived_notebook(path: Path, text: str, owner: str, name: str) -> str:
     first_code["source"] = install_cell(owner, name).splitlines(keepends=True)
     if path.stem != "00_introduction":  # the introduction shows the cell once, to explain it
         first_code["metadata"]["tags"] = ["remove-cell"]
+    releases = f"https://github.com/{owner}/{name}/releases/download"
     for cell in cells:
         if cell["cell_type"] == "markdown":
             cell["source"] = derived_text(path, "".join(cell["source"]), owner, name).splitlines(keepends=True)
+        elif cell is not first_code:
+            code = re.sub(r"https://github\.com/[\w.-]+/[\w.-]+/releases/download", releases, "".join(cell["source"]))
+            cell["source"] = code.splitlines(keepends=True)
     return json.dumps(nb, indent=1, ensure_ascii=False) + "\n"
 
 

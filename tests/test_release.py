@@ -157,6 +157,16 @@ def test_wheel_carries_the_book_files(dist: Path, source: Path):
     assert not expected - names, f"missing from the wheel: {sorted(expected - names)}"
 
 
+def test_published_model_files_stay_out_of_the_dists(dist: Path, source: Path):
+    "models/ (float16 weights, release assets that the package downloads by name) is in neither file."
+    assert (source / "models").is_dir(), "no models/ in the checkout?"
+    with tarfile.open(the(dist, "*.tar.gz")) as sdist:
+        sdist_names = [name.split("/", 1)[1] for name in sdist.getnames() if "/" in name]
+    with zipfile.ZipFile(the(dist, "*.whl")) as wheel:
+        wheel_names = wheel.namelist()
+    assert not [n for n in sdist_names + wheel_names if n.endswith(".safetensors") or "/models/" in f"/{n}"]
+
+
 def test_book_extras_are_optional_in_the_metadata(dist: Path):
     with zipfile.ZipFile(the(dist, "*.whl")) as wheel:
         (metadata,) = [name for name in wheel.namelist() if name.endswith(".dist-info/METADATA")]

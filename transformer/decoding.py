@@ -4,9 +4,10 @@
 
 # %% auto #0
 __all__ = ['Constraint', 'output_limits', 'restrict_logits_', 'strip_specials', 'greedy_decode', 'length_penalty', 'Hypothesis',
-           'beam_search', 'translate_ids']
+           'beam_search', 'translate_ids', 'dynamic_int8']
 
 # %% ../nbs/05_decoding.ipynb #314c0981
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -168,3 +169,14 @@ def translate_ids(model: Transformer, sentences: Sequence[Sequence[int]], beam_s
         for i, tokens in zip(idx, results):
             out[i] = tokens
     return out
+
+# %% ../nbs/05_decoding.ipynb #1da79fdc
+def dynamic_int8(model: Transformer) -> Transformer:
+    "A copy of `model` for CPU decoding whose linear layers (but the stacked Q/K/V projection) compute in int8."
+    names = {name for name, m in model.named_modules()
+             if isinstance(m, torch.nn.Linear) and not name.endswith("in_proj")}
+    with warnings.catch_warnings():  # the eager API's deprecation notices, at every call
+        warnings.simplefilter("ignore", DeprecationWarning)
+        warnings.filterwarnings("ignore", message=".*quantize_per_tensor.*")
+        return torch.ao.quantization.quantize_dynamic(
+            model, {name: torch.ao.quantization.default_dynamic_qconfig for name in names}, inplace=False)

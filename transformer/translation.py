@@ -20,6 +20,7 @@ from .checkpoint import CheckpointError, load_model_dir, model_classes, replace_
 from .data import check_tokenizer, encode_pairs, load_split, read_parallel, read_tokenizer, train_bpe
 from .decoding import translate_ids
 from .distributed import World, barrier, init_world, leave_world, resolve_device
+from .hub import model_folder
 from .model import Transformer
 from .run import RunConfig, provenance
 from .trainer import Trainer
@@ -27,10 +28,8 @@ from .trainer import Trainer
 # %% ../nbs/07b_translation.ipynb #d47b681b
 def load_translator(folder: str | Path, device: str = "cpu",
                     purpose: str = "translate") -> tuple[Transformer, Tokenizer]:
-    "The model and tokenizer of a model folder, checked against each other and against the `purpose`."
-    folder = Path(folder)
-    if not folder.is_dir():
-        raise CheckpointError(f"model folder {folder} not found")
+    "The model and tokenizer of a model folder (or a published model's name), checked together and for `purpose`."
+    folder = model_folder(folder)  # a published model is downloaded the first time
     model = load_model_dir(folder, device)
     if purpose == "translate" and getattr(model.cfg, "task", "translation") != "translation":
         raise CheckpointError(f"{folder} holds a {model.cfg.task} model, which cannot translate (generate with it)")
