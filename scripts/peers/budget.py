@@ -2,6 +2,7 @@
 toolkit's own virtual environment). Training time is counted as ours is: wall time from the first training batch,
 less the time spent validating and saving checkpoints; the budget is checked before every batch, so a run ends at
 most one step after the budget is spent, through the toolkit's own end of training (which saves a last checkpoint)."""
+import argparse
 import json
 import time
 from statistics import fmean
@@ -72,3 +73,21 @@ class Budget:
                   "train_loss_first_10": mean(self.losses[:10]), "train_loss_last_10": mean(self.losses[-10:]),
                   **facts, "curve": self.curve}
         Path(path).write_text(json.dumps(record, indent=1) + "\n")
+
+
+def runner_arguments(description: str) -> argparse.Namespace:
+    "The command line both launchers take: `train` (config, data, output, minutes) or `decode` (splits, beams, α)."
+    parser = argparse.ArgumentParser(description=description)
+    commands = parser.add_subparsers(dest="command", required=True)
+    training = commands.add_parser("train")
+    training.add_argument("--config", type=Path, required=True)
+    training.add_argument("--data", type=Path, required=True)
+    training.add_argument("--out", type=Path, required=True)
+    training.add_argument("--minutes", type=float, required=True)
+    training.add_argument("--valid-every", type=int, default=0, help="validate every N updates (default: the recipe's)")
+    decoding = commands.add_parser("decode")
+    decoding.add_argument("--out", type=Path, required=True)
+    decoding.add_argument("--splits", nargs="+", required=True)
+    decoding.add_argument("--beams", type=int, nargs="+", required=True)
+    decoding.add_argument("--alphas", type=float, nargs="+", required=True)
+    return parser.parse_args()

@@ -19,7 +19,7 @@ from joeynmt.helpers import make_model_dir
 from joeynmt.helpers_for_ddp import get_logger
 from joeynmt.training import TrainManager, train
 
-from budget import Budget
+from budget import Budget, runner_arguments
 
 
 class PlateauWithoutVerbose(ReduceLROnPlateau):
@@ -123,18 +123,5 @@ def run_decoding(args: argparse.Namespace) -> None:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    commands = parser.add_subparsers(dest="command", required=True)
-    training = commands.add_parser("train")
-    training.add_argument("--config", type=Path, required=True)
-    training.add_argument("--data", type=Path, required=True)
-    training.add_argument("--out", type=Path, required=True)
-    training.add_argument("--minutes", type=float, required=True)
-    training.add_argument("--valid-every", type=int, default=0, help="validate every N updates (default: the recipe's)")
-    decoding = commands.add_parser("decode")
-    decoding.add_argument("--out", type=Path, required=True)
-    decoding.add_argument("--splits", nargs="+", required=True)
-    decoding.add_argument("--beams", type=int, nargs="+", required=True)
-    decoding.add_argument("--alphas", type=float, nargs="+", required=True)
-    parsed_args = parser.parse_args()
+    parsed_args = runner_arguments(__doc__.splitlines()[0])
     {"train": run_training, "decode": run_decoding}[parsed_args.command](parsed_args)

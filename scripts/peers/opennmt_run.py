@@ -18,7 +18,7 @@ from onmt.bin.train import _get_parser, train  # noqa: E402
 from onmt.models.model_saver import ModelSaver  # noqa: E402
 from onmt.trainer import Trainer  # noqa: E402
 
-from budget import Budget  # noqa: E402
+from budget import Budget, runner_arguments  # noqa: E402
 
 
 def fill_config(template: Path, data: Path, out: Path) -> dict:
@@ -103,19 +103,5 @@ def run_decoding(args: argparse.Namespace) -> None:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    commands = parser.add_subparsers(dest="command", required=True)
-    training_parser = commands.add_parser("train")
-    training_parser.add_argument("--config", type=Path, required=True)
-    training_parser.add_argument("--data", type=Path, required=True)
-    training_parser.add_argument("--out", type=Path, required=True)
-    training_parser.add_argument("--minutes", type=float, required=True)
-    training_parser.add_argument("--valid-every", type=int, default=0,
-                                 help="validate every N updates (default: the recipe's)")
-    decoding = commands.add_parser("decode")
-    decoding.add_argument("--out", type=Path, required=True)
-    decoding.add_argument("--splits", nargs="+", required=True)
-    decoding.add_argument("--beams", type=int, nargs="+", required=True)
-    decoding.add_argument("--alphas", type=float, nargs="+", required=True)
-    parsed_args = parser.parse_args()
+    parsed_args = runner_arguments(__doc__.splitlines()[0])
     {"train": run_training, "decode": run_decoding}[parsed_args.command](parsed_args)
