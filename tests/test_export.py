@@ -210,7 +210,7 @@ def test_help():
     ("decoder-only", "onnx", None, ["encoder-decoder models", "decoder-only"]),
     ("decoder-only", "ctranslate2", None, ["encoder-decoder models", "decoder-only"]),
     ("narrow", "ctranslate2", None, ["d_k=3"]),
-    ("nowhere", "onnx", None, ["config.json is missing"]),
+    ("nowhere", "onnx", None, ["nowhere not found", "no published model has that name"]),
     ("translation", "onnx", "onnxruntime", ["onnxruntime", "is not installed", "transformer[export]"]),
     ("translation", "ctranslate2", "ctranslate2", ["ctranslate2", "is not installed", "transformer[export]"]),
 ])
