@@ -1,4 +1,4 @@
-"""The training-time budget and the record that both peer launchers share (standard library only: it runs inside each
+"""The training-time budget and the record that both peer launchers share (standard library at import; it runs inside each
 toolkit's own virtual environment). Training time is counted as ours is: wall time from the first training batch,
 less the time spent validating and saving checkpoints; the budget is checked before every batch, so a run ends at
 most one step after the budget is spent, through the toolkit's own end of training (which saves a last checkpoint)."""
@@ -91,3 +91,11 @@ def runner_arguments(description: str) -> argparse.Namespace:
     decoding.add_argument("--beams", type=int, nargs="+", required=True)
     decoding.add_argument("--alphas", type=float, nargs="+", required=True)
     return parser.parse_args()
+
+
+def fill_config(template: Path, data: Path, out: Path) -> dict:
+    "The recipe with the data and output folders filled in (PyYAML: in both toolkits' environments)."
+    import yaml
+
+    text = template.read_text().replace("{data}", str(data.resolve())).replace("{out}", str(out.resolve()))
+    return yaml.safe_load(text)

@@ -19,7 +19,7 @@ from joeynmt.helpers import make_model_dir
 from joeynmt.helpers_for_ddp import get_logger
 from joeynmt.training import TrainManager, train
 
-from budget import Budget, runner_arguments
+from budget import Budget, fill_config, runner_arguments
 
 
 class PlateauWithoutVerbose(ReduceLROnPlateau):
@@ -30,12 +30,6 @@ class PlateauWithoutVerbose(ReduceLROnPlateau):
 
 
 joeynmt.builders.ReduceLROnPlateau = PlateauWithoutVerbose
-
-
-def fill_config(template: Path, data: Path, out: Path) -> dict:
-    "The recipe with the data and output folders filled in."
-    text = template.read_text().replace("{data}", str(data.resolve())).replace("{out}", str(out.resolve()))
-    return yaml.safe_load(text)
 
 
 def instrument(budget: Budget) -> list:

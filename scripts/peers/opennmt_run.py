@@ -18,13 +18,7 @@ from onmt.bin.train import _get_parser, train  # noqa: E402
 from onmt.models.model_saver import ModelSaver  # noqa: E402
 from onmt.trainer import Trainer  # noqa: E402
 
-from budget import Budget, runner_arguments  # noqa: E402
-
-
-def fill_config(template: Path, data: Path, out: Path) -> dict:
-    "The recipe with the data and output folders filled in."
-    text = template.read_text().replace("{data}", str(data.resolve())).replace("{out}", str(out.resolve()))
-    return yaml.safe_load(text)
+from budget import Budget, fill_config, runner_arguments  # noqa: E402
 
 
 def instrument(budget: Budget) -> list:
