@@ -1,7 +1,8 @@
 """The training-time budget and the record that both peer launchers share (the standard library at import: it runs
-inside each toolkit's own virtual environment). Training time is counted as ours is: wall time from the first training batch,
-less the time spent validating and saving checkpoints; the budget is checked before every batch, so a run ends at
-most one step after the budget is spent, through the toolkit's own end of training (which saves a last checkpoint)."""
+inside each toolkit's own virtual environment). Training time is counted as ours is: wall time from the first
+training batch, less the time spent validating and saving checkpoints; the budget is checked before every batch, so
+a run ends at most one step after the budget is spent, through the toolkit's own end of training (which saves a last
+checkpoint)."""
 import argparse
 import json
 import time
