@@ -60,7 +60,7 @@ def register(notebook: Path, name: str, digests: dict[str, str]) -> None:
 def val_bleu(float32_dir: Path, float16_dir: Path) -> None:
     "Print sacreBLEU on Multi30k val of both folders, greedy and with the tuned (or default) beam."
     from transformer.data import load_split
-    from transformer.evaluation import decoding_settings
+    from transformer.scoring import decoding_settings
     from transformer.translation import bleu, load_translator, translate_text
 
     pairs = load_split("val")

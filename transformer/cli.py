@@ -25,8 +25,9 @@ from .data import DataError, load_split
 from .decoder_only import check_sampling, generate  # and its model kind becomes loadable
 from .decoding import dynamic_int8
 from .distributed import RankFailedError, World, launch, resolve_device
-from .evaluation import (
-    TEST_SPLITS, decoding_settings, evaluate_splits, file_pairs, save_decoding, tune_decoding, write_report)
+from .report import write_report
+from .scoring import (
+    TEST_SPLITS, decoding_settings, evaluate_splits, file_pairs, save_decoding, tune_decoding)
 from .hub import model_folder
 from .model import PRESETS
 from .training import PRECISIONS, precision_from_bf16
@@ -189,10 +190,9 @@ def read_sentences(args: argparse.Namespace) -> list[str]:
     if args.sentences and args.input:
         raise ValueError("give sentences as arguments or with --input, not both")
     if args.input:
-        path = Path(args.input)
-        if not path.is_file():
-            raise FileNotFoundError(f"input file {path} not found")
-        return path.read_text(encoding="utf-8").splitlines()
+        if not Path(args.input).is_file():
+            raise FileNotFoundError(f"input file {args.input} not found")
+        return Path(args.input).read_text(encoding="utf-8").splitlines()
     return args.sentences or sys.stdin.read().splitlines()
 
 

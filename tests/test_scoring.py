@@ -113,7 +113,7 @@ def test_corrupt_decoding_record_is_refused(model, tmp_path):
 
 def test_seeds_are_gathered_into_the_main_report(tmp_path):
     """record_seeds puts every sibling -seedN report's scores into the main summary."""
-    from transformer.evaluation import record_seeds
+    from transformer.report import record_seeds
     for name, seed, score in (("run", 0, 40.0), ("run-seed1", 1, 41.5), ("run-seed2", 2, 39.5)):
         (tmp_path / name).mkdir()
         (tmp_path / name / "summary.json").write_text(json.dumps({"seed": seed, "sacrebleu": {"test2016": score}}))
