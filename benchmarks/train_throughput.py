@@ -24,7 +24,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from common import bucketed_batches, matmul_peak_gflops, multi30k_ids, sync, write_result
 from transformer.hardware import keep_freed_memory
 from transformer.model import Transformer, TransformerConfig
-from transformer.training import batch_loss, make_optimizer
+from transformer.training import make_optimizer
 
 # --- the baselines ---------------------------------------------------------------------------------------------
 
@@ -125,10 +125,10 @@ class Ours(nn.Module):
     def __init__(self, cfg: TransformerConfig, compile: bool = False):
         super().__init__()
         self.model = Transformer(cfg)
-        self.step_loss = torch.compile(batch_loss, dynamic=True) if compile else batch_loss
+        self.step_loss = torch.compile(self.model.batch_loss, dynamic=True) if compile else self.model.batch_loss
 
     def loss(self, batch, smoothing):
-        return self.step_loss(self.model, batch, smoothing)[0]
+        return self.step_loss(batch, smoothing)[0]
 
 # --- measuring -----------------------------------------------------------------------------------------------------
 

@@ -13,7 +13,6 @@ from transformer.checkpoint import average_checkpoints, load_model_dir, save_mod
 from transformer.cli import main
 from transformer.decoder_only import DecoderOnly, DecoderOnlyConfig, generate
 from transformer.decoding import translate_ids
-from transformer.model import KVCache
 from transformer.run import RunConfig
 
 from conftest import PAD, VOCAB, make_model
@@ -72,11 +71,11 @@ def test_cached_decoding_equals_the_full_pass_at_every_step(prompt):
     model, cfg = make_decoder_only(1), make_decoder_only(1).cfg
     src = torch.tensor([[*prompt, cfg.eos_id]] * 2)
     tgt = torch.cat([torch.full((2, 1), cfg.bos_id), torch.randint(3, VOCAB, (2, 14))], dim=1)
-    cache = KVCache(cfg.n_layers)
+    context, cache = model.start(src), model.new_cache()
     with torch.no_grad():
-        full = model.generator(model.decode(tgt, src))
+        full = model.generator(model.step(tgt, context))
         for t in range(tgt.size(1)):
-            step = model.generator(model.decode(tgt[:, t : t + 1], src, cache=cache))[:, 0]
+            step = model.generator(model.step(tgt[:, t : t + 1], context, cache))[:, 0]
             assert_close(step, full[:, t], atol=1e-5, rtol=1e-5)
 
 

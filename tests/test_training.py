@@ -16,12 +16,11 @@ from hypothesis import strategies as st
 from safetensors import safe_open
 
 import transformer.checkpoint as checkpoint_module
-import transformer.training as training_module
 from transformer.checkpoint import CheckpointError, load_model_dir, read_config, save_model_files, write_atomically
 from transformer.model import Transformer, TransformerConfig
 from transformer.trainer import NonFiniteLossError, TrainConfig, Trainer
-from transformer.training import (TokenBatchSampler, batch_loss, evaluate, label_smoothed_loss, make_batch,
-                                  noam_rate)
+from transformer.layers import label_smoothed_loss
+from transformer.training import TokenBatchSampler, evaluate, make_batch, noam_rate
 from transformer.run import RunConfig
 
 V = 20  # vocabulary: 0 = pad, 1 = <s>, 2 = </s>, 3..19 = words
@@ -643,14 +642,14 @@ def test_failed_checkpoint_keeps_latest(tmp_path, monkeypatch):
 def poison_batch_loss(monkeypatch, from_call: int) -> None:
     "Make the trainer's batch_loss return an infinite loss from its `from_call`-th call on."
     calls = [0]
-    real = training_module.batch_loss
+    real = Transformer.batch_loss
 
     def patched(*args, **kwargs):
         calls[0] += 1
         loss, nll = real(*args, **kwargs)
         return (loss * math.inf, nll) if calls[0] >= from_call else (loss, nll)
 
-    monkeypatch.setattr(training_module, "batch_loss", patched)
+    monkeypatch.setattr(Transformer, "batch_loss", patched)
 
 
 def test_non_finite_loss_stops_training(tmp_path, monkeypatch):
@@ -720,7 +719,7 @@ def test_evaluate_reports_token_mean_nll_and_perplexity():
     model.eval()
     with torch.no_grad():
         batch = make_batch(pairs, model.cfg)
-        nll = batch_loss(model, batch, 0.1)[1].item()
+        nll = model.batch_loss(batch, 0.1)[1].item()
     assert result["loss"] == pytest.approx(nll / batch.n_tgt_tokens, rel=1e-5)
     assert 1.0 < result["ppl"] < 5 * V
 

@@ -22,8 +22,8 @@ import torch.distributed as dist
 from . import __version__
 from .checkpoint import CheckpointError, last_checkpoints, latest_checkpoint, save_average
 from .data import DataError, load_split
-from .decoder_only import check_sampling, generate  # and its model kind becomes loadable
-from .decoding import dynamic_int8
+from .decoder_only import generate  # and its model kind becomes loadable
+from .decoding import check_sampling, dynamic_int8
 from .distributed import RankFailedError, World, launch, resolve_device
 from .report import write_report
 from .scoring import (

@@ -184,9 +184,9 @@ def read_tokenizer(path: str | Path) -> Tokenizer:
 def check_tokenizer(tokenizer: Tokenizer, cfg: TransformerConfig) -> None:
     "Raise a `ValueError` unless `tokenizer` fits the model configuration `cfg`."
     size = tokenizer.get_vocab_size()
-    if size not in (cfg.src_vocab_size, cfg.tgt_vocab_size) or cfg.src_vocab_size != cfg.tgt_vocab_size:
-        raise ValueError(f"the tokenizer has {size} tokens but the model expects {cfg.src_vocab_size} (source) and "
-                         f"{cfg.tgt_vocab_size} (target): they do not belong together")
+    if cfg.vocab_sizes != (size, size):
+        raise ValueError(f"the tokenizer has {size} tokens but the model expects {cfg.vocab_sizes[0]} (source) and "
+                         f"{cfg.vocab_sizes[1]} (target): they do not belong together")
     ids = [tokenizer.token_to_id(t) for t in SPECIAL_TOKENS]
     if ids != [cfg.pad_id, cfg.bos_id, cfg.eos_id]:
         raise ValueError(f"the tokenizer's special tokens {SPECIAL_TOKENS} have ids {ids}, but the model uses "

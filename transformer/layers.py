@@ -4,17 +4,19 @@
 
 # %% auto #0
 __all__ = ['PositionwiseFeedForward', 'check_tokens', 'Embeddings', 'Dropout', 'sinusoid_table', 'check_length', 'position_rows',
-           'SinusoidalPositionalEncoding', 'LearnedPositionalEncoding', 'ResidualConnection']
+           'SinusoidalPositionalEncoding', 'LearnedPositionalEncoding', 'ResidualConnection', 'positional_encoding',
+           'final_norm', 'Batch', 'SmoothedCrossEntropy', 'label_smoothed_loss']
 
 # %% ../nbs/02_layers.ipynb #c6a6a8ba
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .attention import check_dropout
+from .attention import check_dropout, padding_mask, subsequent_mask
 
 # %% ../nbs/02_layers.ipynb #439b5270
 class PositionwiseFeedForward(nn.Module):
@@ -139,3 +141,88 @@ class ResidualConnection(nn.Module):
         if self.norm_first:
             return x + self.dropout(sublayer(self.norm(x)))
         return self.norm(x + self.dropout(sublayer(x)))
+
+# %% ../nbs/02_layers.ipynb #c1fff2f2
+def positional_encoding(kind: str, d_model: int, max_len: int, dropout: float) -> nn.Module:
+    "The positional encoding named `kind` (sinusoidal or learned), with its dropout on embeddings + positions."
+    encodings = {"sinusoidal": SinusoidalPositionalEncoding, "learned": LearnedPositionalEncoding}
+    return encodings[kind](d_model, max_len, dropout)
+
+
+def final_norm(d_model: int, norm_first: bool) -> nn.Module:
+    "What follows a stack's last layer: a LayerNorm under pre-LN, nothing (identity) under post-LN."
+    return nn.LayerNorm(d_model) if norm_first else nn.Identity()
+
+# %% ../nbs/02_layers.ipynb #cf48ba4f
+@dataclass
+class Batch:
+    "Padded source and target tensors for teacher forcing, with their masks and token counts."
+
+    src: Tensor      # (B, S) source ids followed by </s>, then padding
+    tgt_in: Tensor   # (B, T) <s> followed by the target ids: what the decoder reads
+    tgt_out: Tensor  # (B, T) the target ids followed by </s>: what the decoder must predict
+    pad_id: int
+    target_rows: Tensor | None = None  # (N,) flat positions of the real target tokens (default: found on creation)
+
+    def __post_init__(self):
+        if self.target_rows is None:  # made where the batch is made, on the host: a GPU never waits to count them
+            self.target_rows = (self.tgt_out != self.pad_id).flatten().nonzero().squeeze(1)
+
+    @property
+    def src_mask(self) -> Tensor:
+        "(B, 1, 1, S): real source tokens."
+        return padding_mask(self.src, self.pad_id)
+
+    @property
+    def tgt_mask(self) -> Tensor:
+        "(B, 1, T, T): real target tokens, each seeing itself and earlier ones."
+        return padding_mask(self.tgt_in, self.pad_id) & subsequent_mask(self.tgt_in.size(1), self.tgt_in.device)
+
+    @property
+    def n_src_tokens(self) -> int:
+        return int((self.src != self.pad_id).sum())
+
+    @property
+    def n_tgt_tokens(self) -> int:
+        "Number of target tokens the loss is computed on."
+        return int((self.tgt_out != self.pad_id).sum())
+
+    def to(self, device: torch.device | str) -> "Batch":
+        "The batch on `device`; to a GPU from pinned memory, asynchronously (the host does not wait for the copy)."
+        gpu = torch.device(device).type == "cuda"
+        move = lambda t: t.pin_memory().to(device, non_blocking=True) if gpu else t.to(device)  # noqa: E731
+        return Batch(*map(move, (self.src, self.tgt_in, self.tgt_out)), self.pad_id, move(self.target_rows))
+
+# %% ../nbs/02_layers.ipynb #48cf5bf5
+class SmoothedCrossEntropy(torch.autograd.Function):
+    "Summed label-smoothed cross-entropy and NLL of logits (N, V) and targets (N,), with gradient p - q in one pass."
+
+    @staticmethod
+    def forward(ctx, logits: Tensor, target: Tensor, smoothing: float) -> tuple[Tensor, Tensor]:
+        logp = logits.to(torch.promote_types(logits.dtype, torch.float32)).log_softmax(dim=-1)  # (N, V), ≥ fp32
+        nll = -logp.gather(-1, target[:, None]).squeeze(-1)       # (N,)
+        loss = (1 - smoothing) * nll - smoothing * logp.mean(-1)  # cross-entropy against q
+        ctx.save_for_backward(logp, target)
+        ctx.smoothing, ctx.dtype = smoothing, logits.dtype
+        return loss.sum(), nll.sum()
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, d_loss: Tensor, d_nll: Tensor) -> tuple[Tensor, None, None]:
+        logp, target = ctx.saved_tensors
+        eps, V = ctx.smoothing, logp.size(-1)
+        # d_loss·(p − (1−ε)·onehot − ε/V) + d_nll·(p − onehot)
+        grad = logp.exp().mul_(d_loss + d_nll).sub_(eps / V * d_loss)  # (N, V)
+        grad.scatter_add_(-1, target[:, None], (-(1 - eps) * d_loss - d_nll).expand(target.size(0), 1))
+        return grad.to(ctx.dtype), None, None
+
+
+def label_smoothed_loss(logits: Tensor, target: Tensor, smoothing: float,
+                        ignore_index: int | None = None) -> tuple[Tensor, Tensor]:
+    "Sums over the targets of the label-smoothed cross-entropy and of the plain NLL: (N, V), (N) → two scalars."
+    if not 0.0 <= smoothing < 1.0:
+        raise ValueError(f"label smoothing must be in [0, 1), got {smoothing}")
+    if ignore_index is not None:
+        keep = target != ignore_index
+        logits, target = logits[keep], target[keep]
+    return SmoothedCrossEntropy.apply(logits, target, smoothing)

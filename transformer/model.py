@@ -4,20 +4,20 @@
 
 # %% auto #0
 __all__ = ['PRESETS', 'TransformerConfig', 'EncoderLayer', 'DecoderLayer', 'Encoder', 'Decoder', 'KVCache', 'init_parameters',
-           'Transformer', 'record_attention', 'count_parameters', 'parameter_breakdown']
+           'Transformer', 'SequenceModel', 'record_attention', 'count_parameters', 'parameter_breakdown']
 
 # %% ../nbs/03_model.ipynb #3029261f
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
-from typing import ClassVar, Literal
+from typing import ClassVar, Literal, Protocol
 
 import torch
 from torch import Tensor, nn
 
 from .attention import MultiHeadAttention, check_dropout, padding_mask, subsequent_mask
-from .layers import (Embeddings, LearnedPositionalEncoding, PositionwiseFeedForward,
-                                ResidualConnection, SinusoidalPositionalEncoding)
+from .layers import (Batch, Embeddings, PositionwiseFeedForward, ResidualConnection, final_norm,
+                                label_smoothed_loss, positional_encoding)
 
 # %% ../nbs/03_model.ipynb #015d6885
 @dataclass(frozen=True)
@@ -72,6 +72,11 @@ class TransformerConfig:
         if name not in PRESETS:
             raise ValueError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)}")
         return cls(**{**PRESETS[name], **overrides})
+
+    @property
+    def vocab_sizes(self) -> tuple[int, int]:
+        "Sizes of the vocabularies that source and target ids come from."
+        return self.src_vocab_size, self.tgt_vocab_size
 
     def to_dict(self) -> dict:
         "The fields as a JSON-ready dict."
@@ -128,7 +133,7 @@ class Encoder(nn.Module):
     def __init__(self, cfg: TransformerConfig):
         super().__init__()
         self.layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.n_encoder_layers))
-        self.norm = nn.LayerNorm(cfg.d_model) if cfg.norm_first else nn.Identity()
+        self.norm = final_norm(cfg.d_model, cfg.norm_first)
 
     def forward(self, x: Tensor, src_mask: Tensor | None) -> Tensor:
         "(B, S, d_model) → memory (B, S, d_model)."
@@ -143,7 +148,7 @@ class Decoder(nn.Module):
     def __init__(self, cfg: TransformerConfig):
         super().__init__()
         self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.n_decoder_layers))
-        self.norm = nn.LayerNorm(cfg.d_model) if cfg.norm_first else nn.Identity()
+        self.norm = final_norm(cfg.d_model, cfg.norm_first)
 
     def forward(self, x: Tensor, memory: Tensor, src_mask: Tensor | None, tgt_mask: Tensor | None,
                 cache: "KVCache | None" = None) -> Tensor:
@@ -190,11 +195,10 @@ class Transformer(nn.Module):
     def __init__(self, cfg: TransformerConfig):
         super().__init__()
         self.cfg = cfg
-        positions = {"sinusoidal": SinusoidalPositionalEncoding, "learned": LearnedPositionalEncoding}[cfg.positional]
         self.src_embed = Embeddings(cfg.src_vocab_size, cfg.d_model)
         self.tgt_embed = Embeddings(cfg.tgt_vocab_size, cfg.d_model)
-        self.src_pos = positions(cfg.d_model, cfg.max_len, cfg.dropout)
-        self.tgt_pos = positions(cfg.d_model, cfg.max_len, cfg.dropout)
+        self.src_pos = positional_encoding(cfg.positional, cfg.d_model, cfg.max_len, cfg.dropout)
+        self.tgt_pos = positional_encoding(cfg.positional, cfg.d_model, cfg.max_len, cfg.dropout)
         self.encoder, self.decoder = Encoder(cfg), Decoder(cfg)
         self.generator = nn.Linear(cfg.d_model, cfg.tgt_vocab_size, bias=False)  # pre-softmax projection
         self.reset_parameters()
@@ -228,6 +232,41 @@ class Transformer(nn.Module):
         "Source ids (B, S) and shifted target ids (B, T) → next-token logits (B, T, tgt_vocab_size)."
         src_mask = padding_mask(src, self.cfg.pad_id)
         return self.generator(self.decode(tgt, self.encode(src, src_mask), src_mask))
+
+    def batch_loss(self, batch: Batch, smoothing: float) -> tuple[Tensor, Tensor]:
+        "Summed label-smoothed loss and NLL over the real target tokens of `batch`, read with teacher forcing."
+        hidden = self.decode(batch.tgt_in, *self.start(batch.src), batch.tgt_mask)  # (B, T, d_model)
+        rows = batch.target_rows  # (N,): index_select needs no device sync, unlike a boolean mask
+        return label_smoothed_loss(self.generator(hidden.flatten(0, 1).index_select(0, rows)),
+                                   batch.tgt_out.flatten().index_select(0, rows), smoothing)
+
+    def start(self, src: Tensor) -> tuple[Tensor, Tensor]:
+        "What every decoding step reads of source ids (B, S): the memory (B, S, d_model) and its mask (B, 1, 1, S)."
+        src_mask = padding_mask(src, self.cfg.pad_id)
+        return self.encode(src, src_mask), src_mask
+
+    def step(self, tgt: Tensor, context: tuple[Tensor, ...], cache: KVCache | None = None) -> Tensor:
+        "Decoder output (B, T, d_model) for target ids (B, T) that follow `cache`, reading `start`'s context."
+        return self.decode(tgt, *context, cache=cache)
+
+    def new_cache(self) -> KVCache:
+        "An empty `KVCache` for every decoder layer."
+        return KVCache(self.cfg.n_decoder_layers)
+
+    def output_room(self, src_lengths: Tensor) -> Tensor:
+        "Most target positions (B,) after sources of `src_lengths` (B,): all of them, the source has its own."
+        return torch.full_like(src_lengths, self.cfg.max_len)
+
+# %% ../nbs/03_model.ipynb #1ff75013
+class SequenceModel(Protocol):
+    "What training and decoding call on a model: `Transformer`, or the decoder-only model of *Beyond the paper*."
+    cfg: TransformerConfig  # each model's own config class, with pad_id, bos_id, eos_id, max_len and vocab_sizes
+    generator: nn.Linear    # hidden states (…, d_model) → next-token logits (…, V)
+    def batch_loss(self, batch: Batch, smoothing: float) -> tuple[Tensor, Tensor]: ...
+    def start(self, src: Tensor) -> tuple[Tensor, ...]: ...
+    def step(self, tgt: Tensor, context: tuple[Tensor, ...], cache: KVCache | None = None) -> Tensor: ...
+    def new_cache(self) -> KVCache: ...
+    def output_room(self, src_lengths: Tensor) -> Tensor: ...
 
 # %% ../nbs/03_model.ipynb #749fdefb
 @contextmanager

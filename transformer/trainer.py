@@ -25,9 +25,9 @@ from .checkpoint import (
 from transformer.distributed import (
     World, all_reduce_sum, barrier, broadcast_object, data_parallel, gather_objects, gradient_sync, my_rng, rank_rng,
     shard)
-from .model import Transformer
+from .model import SequenceModel
 from .training import (
-    Batch, BatchLoss, TokenBatchSampler, TrainConfig, batch_loss, cooldown_factor, evaluate, make_batch, make_optimizer)
+    Batch, BatchLoss, TokenBatchSampler, TrainConfig, cooldown_factor, evaluate, make_batch, make_optimizer)
 from .budget import Budget, Progress, progress_mode
 from .hardware import autocast, choose_precision, grad_scaler, keep_freed_memory, precision_of
 
@@ -41,17 +41,17 @@ class NonFiniteLossError(FloatingPointError):
                          "gradient clipping or a longer warmup")
 
 
-def probe_step(model: Transformer, batch: Batch, smoothing: float, precision: str) -> None:
+def probe_step(model: SequenceModel, batch: Batch, smoothing: float, precision: str) -> None:
     "Forward and backward of `batch` in `precision`, for `choose_precision` to time; weights and RNGs stay as they are."
     rng = rng_tensors()
     with autocast(batch.src.device, precision):
-        loss, _ = batch_loss(model, batch, smoothing)
+        loss, _ = model.batch_loss(batch, smoothing)
     loss.backward()
     model.zero_grad(set_to_none=True)
     set_rng(rng)
 
 
-def auto_precision(model: Transformer, pairs: Sequence, smoothing: float, device: torch.device, world: World) -> dict:
+def auto_precision(model: SequenceModel, pairs: Sequence, smoothing: float, device: torch.device, world: World) -> dict:
     "The 'auto' decision: rank 0 times a step on `pairs` in each precision the device has natively; all ranks follow."
     decision = None
     if world.is_main:
@@ -100,7 +100,7 @@ def restore_rng(tensors: dict[str, Tensor], world: World, record: dict, seed: in
 class Trainer:
     "Trains a Transformer on (source ids, target ids) pairs as in §5, with checkpoints that resume exactly."
 
-    def __init__(self, model: Transformer, cfg: TrainConfig, train_pairs: Sequence, valid_pairs: Sequence = (),
+    def __init__(self, model: SequenceModel, cfg: TrainConfig, train_pairs: Sequence, valid_pairs: Sequence = (),
                  out_dir: str | Path | None = None, device: torch.device | str = "cpu", progress: bool | str = True,
                  on_eval: Callable[["Trainer"], dict[str, float]] | None = None, extra_files: Sequence[Path] = (),
                  stop_when: Callable[["Trainer"], bool] | None = None, world: World = World()):
