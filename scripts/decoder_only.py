@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from transformer.checkpoint import latest_checkpoint
+from transformer.checkpoint import RunFolder
 from transformer.data import load_split
 from transformer.decoder_only import continuation_nll, distinct_ngrams, generate
 from transformer.distributed import RUN_CLI
@@ -59,7 +59,7 @@ def train(name: str, runs: Path, minutes: float) -> Path:
     _, head, model = ROWS[name]
     (out / "row.toml").write_text(config_text(head, model, minutes))
     args = ["train", "--config", str(out / "row.toml"), "--out", str(out), "--device", "cpu", "--quiet"]
-    done = subprocess.run([sys.executable, *RUN_CLI, *args, *(["--resume"] if latest_checkpoint(out) else [])],
+    done = subprocess.run([sys.executable, *RUN_CLI, *args, *(["--resume"] if RunFolder(out).latest() else [])],
                           capture_output=True, text=True)
     if done.returncode:
         raise SystemExit(f"training {name} failed:\n{done.stderr}")
@@ -108,7 +108,7 @@ def run_row(name: str, runs: Path, minutes: float, sentences: int) -> dict:
     "Train and score one row; its result."
     start = time.time()
     out = train(name, runs, minutes)
-    checkpoint = latest_checkpoint(out)
+    checkpoint = RunFolder(out).latest()
     with open(out / "metrics.csv") as f:
         curve = [{key: float(value) for key, value in row.items() if value != ""} for row in csv.DictReader(f)]
     last = curve[-1]

@@ -19,7 +19,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from transformer.checkpoint import latest_checkpoint, load_model_dir
+from transformer.checkpoint import RunFolder, load_model_dir
 from transformer.distributed import RUN_CLI
 from transformer.model import count_parameters
 from transformer.hardware import machine_description
@@ -86,8 +86,8 @@ def run_row(name: str, runs: Path, steps: int, warmup: int, lr_factor: float, de
     config.write_text(config_text(model, train, steps, warmup, lr_factor))
     start = time.time()
     cli("train", "--config", str(config), "--out", str(out), "--device", device, "--quiet",
-        *(["--resume"] if latest_checkpoint(out) else []))
-    checkpoint = latest_checkpoint(out)
+        *(["--resume"] if RunFolder(out).latest() else []))
+    checkpoint = RunFolder(out).latest()
     with open(out / "metrics.csv") as f:
         curve = [{key: float(value) for key, value in row.items()} for row in csv.DictReader(f)]
     last = curve[-1]

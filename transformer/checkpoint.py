@@ -8,8 +8,8 @@ Docs: https://transformer-book.github.io/transformer/checkpoints.html.md"""
 __all__ = ['MODEL_KINDS', 'TRAINING_STATE_KEYS', 'AVERAGED_FILE', 'CheckpointError', 'write_atomically', 'replace_file',
            'write_json', 'write_csv', 'save_model_files', 'register_kind', 'model_classes', 'read_config',
            'load_weights', 'load_model_dir', 'optimizer_tensors', 'load_optimizer', 'rng_tensors', 'set_rng',
-           'latest_checkpoint', 'TrainState', 'save_training_checkpoint', 'read_training_checkpoint',
-           'average_checkpoints', 'save_average', 'last_checkpoints']
+           'TrainState', 'save_training_checkpoint', 'read_training_checkpoint', 'RunFolder', 'average_checkpoints',
+           'save_average']
 
 # %% ../nbs/04b_checkpoints.ipynb #5c695a66
 import csv
@@ -169,11 +169,6 @@ def set_rng(tensors: dict[str, Tensor]) -> None:
             torch.cuda.set_rng_state(tensors[f"torch_cuda_{i}"], i)
 
 
-def latest_checkpoint(out_dir: str | Path) -> Path | None:
-    "The checkpoint that `out_dir/checkpoints/latest` names, if any."
-    pointer = Path(out_dir) / "checkpoints" / "latest"
-    return pointer.parent / pointer.read_text().strip() if pointer.is_file() else None
-
 
 # %% ../nbs/04b_checkpoints.ipynb #29438537
 @dataclass
@@ -236,6 +231,31 @@ def read_training_checkpoint(path: Path, cfg: TransformerConfig) -> tuple[dict, 
     except (OSError, SafetensorError, json.JSONDecodeError, KeyError) as e:
         raise CheckpointError(f"{path} is not a complete training checkpoint: {e!r} is missing or corrupt") from None
 
+# %% ../nbs/04b_checkpoints.ipynb #720f92b7
+class RunFolder:
+    "A training run's folder: the one place that names the files the trainer, the commands and the report share."
+
+    def __init__(self, root: str | Path):
+        self.root = Path(root)
+        self.checkpoints = self.root / "checkpoints"   # step-NNNNNNN folders and the `latest` pointer
+        self.record = self.root / "run.json"           # configuration, precision, corpus counts, provenance
+        self.metrics = self.root / "metrics.csv"       # a row per validation
+        self.tokenizer = self.root / "tokenizer.json"  # learned on the training pairs; copied into each checkpoint
+
+    def latest(self) -> Path | None:
+        "The checkpoint that the `latest` pointer names, if any."
+        pointer = self.checkpoints / "latest"
+        return self.checkpoints / pointer.read_text().strip() if pointer.is_file() else None
+
+    def last(self, n: int) -> list[Path]:
+        "The last `n` checkpoints, oldest first."
+        if n < 1:
+            raise ValueError(f"the number of checkpoints must be at least 1, got {n}")
+        folders = sorted(self.checkpoints.glob("step-*"))[-n:]
+        if not folders:
+            raise CheckpointError(f"no checkpoints in {self.checkpoints}")
+        return folders
+
 # %% ../nbs/04b_checkpoints.ipynb #e629b6d1
 def average_checkpoints(folders: Sequence[str | Path]) -> torch.nn.Module:
     "A model whose weights are the mean of those in `folders`, which must share one configuration."
@@ -271,12 +291,3 @@ def save_average(folders: Sequence[str | Path], out: str | Path) -> Path:
         (tmp / AVERAGED_FILE).write_text(json.dumps([str(f.resolve()) for f in folders], indent=1))
     return write_atomically(Path(out), write)
 
-
-def last_checkpoints(run: str | Path, n: int) -> list[Path]:
-    "The last `n` checkpoints of a run folder, oldest first."
-    if n < 1:
-        raise ValueError(f"the number of checkpoints must be at least 1, got {n}")
-    folders = sorted((Path(run) / "checkpoints").glob("step-*"))[-n:]
-    if not folders:
-        raise CheckpointError(f"no checkpoints in {Path(run) / 'checkpoints'}")
-    return folders

@@ -20,7 +20,7 @@ from pathlib import Path
 import torch.distributed as dist
 
 from . import __version__
-from .checkpoint import CheckpointError, last_checkpoints, latest_checkpoint, save_average
+from .checkpoint import CheckpointError, RunFolder, save_average
 from .data import DataError, load_split
 from .decoder_only import generate  # and its model kind becomes loadable
 from .decoding import check_sampling, dynamic_int8
@@ -147,7 +147,7 @@ def launch_train(args: argparse.Namespace) -> None:
     try:
         launch(args.nproc, args.argv)
     except RankFailedError as e:
-        last = latest_checkpoint(args.out)
+        last = RunFolder(args.out).latest()
         kept = f"the last checkpoint, {last}, is intact: add --resume to continue" if last else "none was written yet"
         raise RankFailedError(f"{e}; {kept}") from None
 
@@ -182,7 +182,7 @@ def cmd_train(args: argparse.Namespace) -> None:
     if World.from_env().is_main:
         last = {"valid_loss": float("nan"), "valid_bleu": float("nan")} | metrics[-1]
         print("step {step}: valid loss {valid_loss:.3f}, valid BLEU {valid_bleu:.1f} (greedy); ".format(**last)
-              + f"checkpoints in {Path(args.out) / 'checkpoints'}")
+              + f"checkpoints in {RunFolder(args.out).checkpoints}")
 
 
 def read_sentences(args: argparse.Namespace) -> list[str]:
@@ -252,7 +252,7 @@ def cmd_tune(args: argparse.Namespace) -> None:
 
 
 def cmd_average(args: argparse.Namespace) -> None:
-    folders = last_checkpoints(args.run, args.last) if args.run else [Path(c) for c in args.checkpoints]
+    folders = RunFolder(args.run).last(args.last) if args.run else [Path(c) for c in args.checkpoints]
     out = save_average(folders, args.out)
     print(f"averaged {len(folders)} checkpoints ({', '.join(f.name for f in folders)}) into {out}")
 

@@ -20,7 +20,7 @@ import torch
 from torch import Tensor, nn
 
 from .checkpoint import (
-    CheckpointError, TrainState, latest_checkpoint, load_optimizer, load_weights, read_training_checkpoint,
+    CheckpointError, TrainState, RunFolder, load_optimizer, load_weights, read_training_checkpoint,
     rng_tensors, save_training_checkpoint, set_rng, write_csv)
 from transformer.distributed import (
     World, all_reduce_sum, barrier, broadcast_object, data_parallel, gather_objects, gradient_sync, my_rng, rank_rng,
@@ -214,13 +214,13 @@ class Trainer:
         rng = rank_rng(gather_objects(rng_tensors(), self.world))  # every rank's generators, after validation
         if self.out_dir is not None and self.world.is_main:
             self.save_checkpoint(rng)
-            write_csv(self.out_dir / "metrics.csv", s.metrics)
+            write_csv(RunFolder(self.out_dir).metrics, s.metrics)
         barrier(self.world)  # the other ranks wait while rank 0 writes
         return s.metrics[-1]
 
     def latest_checkpoint(self) -> Path | None:
         "The checkpoint the `latest` pointer names, if any."
-        return None if self.out_dir is None else latest_checkpoint(self.out_dir)
+        return None if self.out_dir is None else RunFolder(self.out_dir).latest()
 
     def save_checkpoint(self, rng: dict[str, torch.Tensor] | None = None) -> Path:
         "Write checkpoint `step-NNNNNNN` atomically, point `latest` at it, and keep the last `keep_last`."
@@ -228,14 +228,14 @@ class Trainer:
             "scheduler": self.scheduler.state_dict(), "train_config": asdict(self.cfg), "precision": self.precision,
             "grad_scaler": self.scaler.state_dict(), "world_size": self.world.size}
         rng = rng_tensors() if rng is None else rng  # a data-parallel run passes every rank's generators
-        return save_training_checkpoint(self.out_dir / "checkpoints", self.state.step, self.model, self.optimizer,
+        return save_training_checkpoint(RunFolder(self.out_dir).checkpoints, self.state.step, self.model, self.optimizer,
                                         record, rng, self.extra_files, self.cfg.keep_last)
 
     def resume(self, path: str | Path | None = None) -> Path:
         "Restore weights, optimizer, schedule, RNGs, position and precision from `path` (default: the latest)."
         path = Path(path) if path is not None else self.latest_checkpoint()
         if path is None or not path.is_dir():
-            where = "this trainer has no out_dir" if self.out_dir is None else f"none in {self.out_dir}/checkpoints"
+            where = "this trainer has no out_dir" if self.out_dir is None else f"none in {RunFolder(self.out_dir).checkpoints}"
             raise CheckpointError(f"no checkpoint to resume from ({where})")
         record, optimizer_state, rng = read_training_checkpoint(path, self.model.cfg)  # all of it, before any change
         load_weights(self.model, path)

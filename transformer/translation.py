@@ -16,7 +16,7 @@ import torch
 from sacrebleu.metrics import BLEU
 from tokenizers import Tokenizer
 
-from .checkpoint import CheckpointError, load_model_dir, model_classes, replace_file, write_json
+from .checkpoint import CheckpointError, RunFolder, load_model_dir, model_classes, replace_file, write_json
 from .data import check_tokenizer, encode_pairs, load_split, read_parallel, read_tokenizer, train_bpe
 from .decoding import translate_ids
 from .distributed import World, barrier, init_world, leave_world, resolve_device
@@ -80,10 +80,10 @@ def train_run(run: RunConfig, out: str | Path, data_dir: str | Path | None = Non
     "Train a translation model as `run` says, writing checkpoints, metrics and the tokenizer into `out`."
     out, world = Path(out), World.from_env()
     device = resolve_device(device, world)
-    tokenizer_path = out / "tokenizer.json"
+    tokenizer_path = RunFolder(out).tokenizer
     if resume and not tokenizer_path.is_file():
         raise CheckpointError(f"nothing to resume in {out}: it holds no tokenizer.json")
-    if not resume and (out / "checkpoints").exists():
+    if not resume and RunFolder(out).checkpoints.exists():
         raise ValueError(f"{out} already holds a run: pass --resume to continue it, or choose another --out")
     train_text, valid_text, counts = load_corpus(run, data_dir)
     init_world(world, device)
@@ -129,7 +129,7 @@ def train_tokenized(run: RunConfig, out: Path, tokenizer: Tokenizer, train_text:
     translating = valid_ids and run.task == "translation"
     trainer = Trainer(model_classes(run.kind)[1](cfg), run.train, train_ids, valid_ids, out_dir=out, device=device,
                       progress=progress, on_eval=valid_bleu if translating else None,
-                      extra_files=[out / "tokenizer.json"], world=world)
+                      extra_files=[RunFolder(out).tokenizer], world=world)
     if world.is_main and progress not in (False, "off"):
         for side, c in counts.items():
             if c is not None:
@@ -142,5 +142,5 @@ def train_tokenized(run: RunConfig, out: Path, tokenizer: Tokenizer, train_text:
     if world.is_main and not resume:  # what ran where, in which precision and why
         record = {**run.to_dict(), "precision": precision, "corpus": counts,
                   "provenance": provenance(str(device), world.size)}
-        write_json(out / "run.json", record)
+        write_json(RunFolder(out).record, record)
     return trainer.fit()
