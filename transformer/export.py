@@ -141,6 +141,7 @@ def export_onnx(model: Transformer, out: Path, int8: bool = False) -> Path:
 # %% ../nbs/11_export.ipynb #323278e8
 class OnnxTranslator:
     "Greedy decoding with onnxruntime over a folder written by `export_onnx`."
+    output_room = Transformer.output_room  # the exported model's rule: the decoder has its whole context
 
     def __init__(self, folder: str | Path):
         ort = optional("onnxruntime")
