@@ -137,7 +137,7 @@ class DecoderOnly(nn.Module):
         return src, padding_mask(src, self.cfg.pad_id)
 
     def step(self, tgt: Tensor, context: tuple[Tensor, ...], cache: KVCache | None = None) -> Tensor:
-        "Hidden states (B, T, d_model) of `tgt` after the prompts of `context` (B/G, S), each shared by G rows of `tgt`."
+        "Hidden states (B, T, d_model) of `tgt` after the prompts of `context` (B/G, S), each shared by G `tgt` rows."
         prompt, keys = context  # (B/G, S) and (B/G, 1, 1, S)
         G, S, T = tgt.size(0) // prompt.size(0), prompt.size(1), tgt.size(1)
         if cache is None or len(cache) == 0:  # the prompt first, in the same pass

@@ -170,7 +170,7 @@ def beam_search(model: SequenceModel, src: Tensor, beam_size: int = 4, alpha: fl
         restrict_logits_(logp, model, (t + 1 >= limit).repeat_interleave(k))     # log-probabilities are logits too
         if constrain is not None:
             constrain(logp, tokens, src[alive].repeat_interleave(k, 0), limit.repeat_interleave(k))
-        row_top, row_token = logp.topk(min(2 * K, logp.size(-1)), dim=-1)  # (n·k, W): a sentence's best 2K lie among these
+        row_top, row_token = logp.topk(min(2 * K, logp.size(-1)), dim=-1)  # (n·k, W): holds a sentence's best 2K
         candidates = (scores[:, :, None] + row_top.view(n, k, -1)).view(n, -1)   # (n, k·W)
         top, index = candidates.topk(min(2 * K, candidates.size(1)), dim=-1)  # (n, 2K): enough to keep K that go on
         beam, token = index // row_top.size(-1), row_token.view(n, -1).gather(1, index)

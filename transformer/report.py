@@ -1,4 +1,4 @@
-"""Reporting a run: its scores and provenance, validation curve, samples and attention maps, and their tables and charts.
+"""Reporting a run: scores and provenance, validation curve, samples and attention maps, and their tables and charts.
 
 Docs: https://transformer-book.github.io/transformer/report.html.md"""
 

@@ -228,14 +228,14 @@ class Trainer:
             "scheduler": self.scheduler.state_dict(), "train_config": asdict(self.cfg), "precision": self.precision,
             "grad_scaler": self.scaler.state_dict(), "world_size": self.world.size}
         rng = rng_tensors() if rng is None else rng  # a data-parallel run passes every rank's generators
-        return save_training_checkpoint(RunFolder(self.out_dir).checkpoints, self.state.step, self.model, self.optimizer,
-                                        record, rng, self.extra_files, self.cfg.keep_last)
+        return save_training_checkpoint(RunFolder(self.out_dir).checkpoints, self.state.step, self.model,
+                                        self.optimizer, record, rng, self.extra_files, self.cfg.keep_last)
 
     def resume(self, path: str | Path | None = None) -> Path:
         "Restore weights, optimizer, schedule, RNGs, position and precision from `path` (default: the latest)."
         path = Path(path) if path is not None else self.latest_checkpoint()
         if path is None or not path.is_dir():
-            where = "this trainer has no out_dir" if self.out_dir is None else f"none in {RunFolder(self.out_dir).checkpoints}"
+            where = f"none in {RunFolder(self.out_dir).checkpoints}" if self.out_dir else "this trainer has no out_dir"
             raise CheckpointError(f"no checkpoint to resume from ({where})")
         record, optimizer_state, rng = read_training_checkpoint(path, self.model.cfg)  # all of it, before any change
         load_weights(self.model, path)
