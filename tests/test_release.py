@@ -25,7 +25,7 @@ PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
 BOOK_EXTRAS = PYPROJECT["project"]["optional-dependencies"]["book"]
 # Modules of the package that need the book's extras by design, with the reason; every other module must import
 # without them.
-NEEDS_BOOK = {"transformer.report": "chapter 9's tables and charts: pandas and Altair at the top of the module"}
+NEEDS_BOOK: dict[str, str] = {}  # none: modules that draw (report, viz) import pandas and Altair inside functions
 BLOCKED = ("altair", "pandas", "vl_convert")  # what the book's extras provide to the package's code
 
 

@@ -83,16 +83,3 @@ def test_modules_stay_small():
     assert len(sizes) > 20 and not {name: n for name, n in sizes.items() if n > MAX_MODULE_LINES}
     assert 100 < class_lines(PACKAGE / "trainer.py", "Trainer") <= MAX_TRAINER_LINES
 
-
-def test_the_command_line_needs_no_book_extra():
-    """pandas and Altair come with the `book` extra only: the CLI and writing a report import neither."""
-    import subprocess
-    import sys
-    blocker = ("import sys\nclass Block:\n    def find_spec(self, name, path=None, target=None):\n"
-               "        if name.split('.')[0] in ('pandas', 'altair'):\n"
-               "            raise ImportError(f'{name} is blocked')\n"
-               "sys.meta_path.insert(0, Block())\n"
-               "import transformer.cli, transformer.report\n"
-               "assert not {'pandas', 'altair'} & set(sys.modules)\n")
-    done = subprocess.run([sys.executable, "-c", blocker], capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
