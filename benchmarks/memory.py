@@ -18,7 +18,7 @@ from common import write_result
 def child(preset: str, max_tokens: int) -> None:
     "Run one training step of `preset` on a batch of random sentences; print the peak RSS in MiB as JSON."
     from transformer.model import Transformer, TransformerConfig
-    from transformer.training import make_batch, make_optimizer
+    from transformer.training import label_smoothing, make_batch, make_optimizer
 
     cfg = TransformerConfig.preset(preset, src_vocab_size=8000, tgt_vocab_size=8000)
     torch.manual_seed(0)
@@ -27,7 +27,7 @@ def child(preset: str, max_tokens: int) -> None:
     length = 20
     pairs = [(torch.randint(3, 8000, (length - 1,)).tolist(),) * 2 for _ in range(max_tokens // length)]
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    loss, _ = model.batch_loss(make_batch(pairs, cfg), 0.1)
+    loss, _ = model.batch_loss(make_batch(pairs, cfg), label_smoothing(0.1))
     loss.backward()
     optimizer.step()
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

@@ -19,8 +19,7 @@ import transformer.checkpoint as checkpoint_module
 from transformer.checkpoint import CheckpointError, load_model_dir, read_config, save_model_files, write_atomically
 from transformer.model import Transformer, TransformerConfig
 from transformer.trainer import NonFiniteLossError, TrainConfig, Trainer
-from transformer.layers import label_smoothed_loss
-from transformer.training import TokenBatchSampler, evaluate, make_batch, noam_rate
+from transformer.training import TokenBatchSampler, evaluate, label_smoothed_loss, label_smoothing, make_batch, noam_rate
 from transformer.run import RunConfig
 
 V = 20  # vocabulary: 0 = pad, 1 = <s>, 2 = </s>, 3..19 = words
@@ -719,7 +718,7 @@ def test_evaluate_reports_token_mean_nll_and_perplexity():
     model.eval()
     with torch.no_grad():
         batch = make_batch(pairs, model.cfg)
-        nll = model.batch_loss(batch, 0.1)[1].item()
+        nll = model.batch_loss(batch, label_smoothing(0.1))[1].item()
     assert result["loss"] == pytest.approx(nll / batch.n_tgt_tokens, rel=1e-5)
     assert 1.0 < result["ppl"] < 5 * V
 

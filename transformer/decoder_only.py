@@ -16,7 +16,7 @@ from torch import Tensor, nn
 from .attention import padding_mask, subsequent_mask
 from .checkpoint import register_kind
 from .decoding import check_sampling, decode_loop, most_likely, sampler, strip_specials
-from .layers import (Batch, Embeddings, check_length, check_tokens, final_norm, label_smoothed_loss,
+from .layers import (Batch, Criterion, Embeddings, check_length, check_tokens, final_norm,
                                 positional_encoding)
 from .model import EncoderLayer, KVCache, TransformerConfig, init_parameters
 
@@ -117,17 +117,17 @@ class DecoderOnly(nn.Module):
         mask = torch.cat([keys, padding_mask(tgt, cfg.pad_id)], -1) & subsequent_mask(S + T, tgt.device)
         return self.stack(x, mask, cache)
 
-    def batch_loss(self, batch: Batch, smoothing: float) -> tuple[Tensor, Tensor]:
+    def batch_loss(self, batch: Batch, criterion: Criterion) -> tuple[Tensor, Tensor]:
         "Loss and NLL over the continuation's tokens, plus `prompt_loss` × the loss on the prompt's (not in the NLL)."
         S = batch.src.size(1)
         hidden = self.read(batch.src, batch.tgt_in)  # (B, S + T, d)
         rows = batch.target_rows
-        loss, nll = label_smoothed_loss(self.generator(hidden[:, S:].flatten(0, 1).index_select(0, rows)),
-                                        batch.tgt_out.flatten().index_select(0, rows), smoothing)
+        loss, nll = criterion(self.generator(hidden[:, S:].flatten(0, 1).index_select(0, rows)),
+                              batch.tgt_out.flatten().index_select(0, rows))
         if self.cfg.prompt_loss:  # each prompt token after the first, predicted from the ones before it
             following = batch.src[:, 1:]
             real = following != self.cfg.pad_id
-            prompt_loss, _ = label_smoothed_loss(self.generator(hidden[:, : S - 1][real]), following[real], smoothing)
+            prompt_loss, _ = criterion(self.generator(hidden[:, : S - 1][real]), following[real])
             loss = loss + self.cfg.prompt_loss * prompt_loss
         return loss, nll
 

@@ -16,8 +16,8 @@ import torch
 from torch import Tensor, nn
 
 from .attention import MultiHeadAttention, check_dropout, padding_mask, subsequent_mask
-from .layers import (Batch, Embeddings, PositionwiseFeedForward, ResidualConnection, final_norm,
-                                label_smoothed_loss, positional_encoding)
+from .layers import (Batch, Criterion, Embeddings, PositionwiseFeedForward, ResidualConnection,
+                                final_norm, positional_encoding)
 
 # %% ../nbs/03_model.ipynb #015d6885
 @dataclass(frozen=True)
@@ -233,12 +233,12 @@ class Transformer(nn.Module):
         src_mask = padding_mask(src, self.cfg.pad_id)
         return self.generator(self.decode(tgt, self.encode(src, src_mask), src_mask))
 
-    def batch_loss(self, batch: Batch, smoothing: float) -> tuple[Tensor, Tensor]:
-        "Summed label-smoothed loss and NLL over the real target tokens of `batch`, read with teacher forcing."
+    def batch_loss(self, batch: Batch, criterion: Criterion) -> tuple[Tensor, Tensor]:
+        "The criterion's summed loss and NLL over the real target tokens of `batch`, read with teacher forcing."
         hidden = self.decode(batch.tgt_in, *self.start(batch.src), batch.tgt_mask)  # (B, T, d_model)
         rows = batch.target_rows  # (N,): index_select needs no device sync, unlike a boolean mask
-        return label_smoothed_loss(self.generator(hidden.flatten(0, 1).index_select(0, rows)),
-                                   batch.tgt_out.flatten().index_select(0, rows), smoothing)
+        return criterion(self.generator(hidden.flatten(0, 1).index_select(0, rows)),
+                         batch.tgt_out.flatten().index_select(0, rows))
 
     def start(self, src: Tensor) -> tuple[Tensor, Tensor]:
         "What every decoding step reads of source ids (B, S): the memory (B, S, d_model) and its mask (B, 1, 1, S)."
@@ -262,7 +262,7 @@ class SequenceModel(Protocol):
     "What training and decoding call on a model: `Transformer`, or the decoder-only model of *Beyond the paper*."
     cfg: TransformerConfig  # each model's own config class, with pad_id, bos_id, eos_id, max_len and vocab_sizes
     generator: nn.Linear    # hidden states (…, d_model) → next-token logits (…, V)
-    def batch_loss(self, batch: Batch, smoothing: float) -> tuple[Tensor, Tensor]: ...
+    def batch_loss(self, batch: Batch, criterion: Criterion) -> tuple[Tensor, Tensor]: ...
     def start(self, src: Tensor) -> tuple[Tensor, ...]: ...
     def step(self, tgt: Tensor, context: tuple[Tensor, ...], cache: KVCache | None = None) -> Tensor: ...
     def new_cache(self) -> KVCache: ...

@@ -26,8 +26,9 @@ from transformer.distributed import (
     World, all_reduce_sum, barrier, broadcast_object, data_parallel, gather_objects, gradient_sync, my_rng, rank_rng,
     shard)
 from .model import SequenceModel
-from .training import (
-    Batch, BatchLoss, TokenBatchSampler, TrainConfig, cooldown_factor, evaluate, make_batch, make_optimizer)
+from transformer.training import (
+    Batch, BatchLoss, TokenBatchSampler, TrainConfig, cooldown_factor, evaluate, label_smoothing, make_batch,
+    make_optimizer)
 from .budget import Budget, Progress, progress_mode
 from .hardware import autocast, choose_precision, grad_scaler, keep_freed_memory, precision_of
 

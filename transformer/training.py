@@ -4,9 +4,11 @@
 
 # %% auto #0
 __all__ = ['PRECISIONS', 'BF16_SETTINGS', 'make_batch', 'TokenBatchSampler', 'noam_rate', 'make_optimizer', 'cooldown_factor',
-           'evaluate', 'BatchLoss', 'precision_from_bf16', 'TrainConfig']
+           'SmoothedCrossEntropy', 'label_smoothed_loss', 'label_smoothing', 'evaluate', 'BatchLoss',
+           'precision_from_bf16', 'TrainConfig']
 
 # %% ../nbs/04_training.ipynb #48f0ee2a
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
@@ -15,7 +17,7 @@ import torch
 from torch import Tensor, nn
 
 from .attention import pad_sequences
-from .layers import Batch, check_tokens
+from .layers import Batch, Criterion, check_tokens, cross_entropy
 from .model import SequenceModel, TransformerConfig
 
 
@@ -96,6 +98,45 @@ def cooldown_factor(used: float, cooldown: float) -> float:
     return min(1.0, max(0.0, (1.0 - used) / cooldown))
 
 
+# %% ../nbs/04_training.ipynb #48cf5bf5
+class SmoothedCrossEntropy(torch.autograd.Function):
+    "Summed label-smoothed cross-entropy and NLL of logits (N, V) and targets (N,), with gradient p - q in one pass."
+
+    @staticmethod
+    def forward(ctx, logits: Tensor, target: Tensor, smoothing: float) -> tuple[Tensor, Tensor]:
+        logp = logits.to(torch.promote_types(logits.dtype, torch.float32)).log_softmax(dim=-1)  # (N, V), ≥ fp32
+        nll = -logp.gather(-1, target[:, None]).squeeze(-1)       # (N,)
+        loss = (1 - smoothing) * nll - smoothing * logp.mean(-1)  # cross-entropy against q
+        ctx.save_for_backward(logp, target)
+        ctx.smoothing, ctx.dtype = smoothing, logits.dtype
+        return loss.sum(), nll.sum()
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, d_loss: Tensor, d_nll: Tensor) -> tuple[Tensor, None, None]:
+        logp, target = ctx.saved_tensors
+        eps, V = ctx.smoothing, logp.size(-1)
+        # d_loss·(p − (1−ε)·onehot − ε/V) + d_nll·(p − onehot)
+        grad = logp.exp().mul_(d_loss + d_nll).sub_(eps / V * d_loss)  # (N, V)
+        grad.scatter_add_(-1, target[:, None], (-(1 - eps) * d_loss - d_nll).expand(target.size(0), 1))
+        return grad.to(ctx.dtype), None, None
+
+
+def label_smoothed_loss(logits: Tensor, target: Tensor, smoothing: float,
+                        ignore_index: int | None = None) -> tuple[Tensor, Tensor]:
+    "Sums over the targets of the label-smoothed cross-entropy and of the plain NLL: (N, V), (N) → two scalars."
+    if not 0.0 <= smoothing < 1.0:
+        raise ValueError(f"label smoothing must be in [0, 1), got {smoothing}")
+    if ignore_index is not None:
+        keep = target != ignore_index
+        logits, target = logits[keep], target[keep]
+    return SmoothedCrossEntropy.apply(logits, target, smoothing)
+
+# %% ../nbs/04_training.ipynb #96cd1fd7
+def label_smoothing(smoothing: float) -> Criterion:
+    "The criterion of label-smoothed cross-entropy with ε_ls = `smoothing` (and the plain NLL beside it)."
+    return functools.partial(label_smoothed_loss, smoothing=smoothing)
+
 # %% ../nbs/04_training.ipynb #bf1429af
 @torch.no_grad()
 def evaluate(model: SequenceModel, pairs: Sequence[tuple[Sequence[int], Sequence[int]]], max_tokens: int = 4096,
@@ -107,7 +148,7 @@ def evaluate(model: SequenceModel, pairs: Sequence[tuple[Sequence[int], Sequence
     lengths = [(len(x) + 1, len(y) + 1) for x, y in pairs]
     for idx in TokenBatchSampler(lengths, max_tokens, shuffle=False).batches():
         batch = make_batch([pairs[i] for i in idx], model.cfg).to(device)
-        nll += model.batch_loss(batch, 0.0)[1].item()
+        nll += model.batch_loss(batch, cross_entropy)[1].item()
         tokens += batch.n_tgt_tokens
     model.train(was_training)
     return {"loss": nll / tokens, "ppl": math.exp(nll / tokens)}
@@ -118,12 +159,12 @@ class BatchLoss(nn.Module):
 
     def __init__(self, model: SequenceModel, smoothing: float):
         super().__init__()
-        self.model, self.smoothing = model, smoothing
+        self.model, self.criterion = model, label_smoothing(smoothing)
 
     def forward(self, src: Tensor, tgt_in: Tensor, tgt_out: Tensor, target_rows: Tensor) -> tuple[Tensor, Tensor]:
         "A `Batch`'s tensors → summed label-smoothed loss and NLL over its real target tokens."
         batch = Batch(src, tgt_in, tgt_out, self.model.cfg.pad_id, target_rows)
-        return self.model.batch_loss(batch, self.smoothing)
+        return self.model.batch_loss(batch, self.criterion)
 
 # %% ../nbs/04_training.ipynb #b846b96e
 PRECISIONS = ("auto", "bf16", "fp16", "fp32")  # the values of TrainConfig.precision
