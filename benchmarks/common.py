@@ -1,6 +1,7 @@
 """What the benchmark scripts share: provenance, a measured matmul peak, Multi30k batches, and result files."""
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -58,7 +59,8 @@ def write_result(name: str, result: dict, tag: str = "") -> Path:
     "Write `result` with provenance to benchmarks/results/NAME[-TAG]-DEVICE.json and return the path."
     RESULTS.mkdir(exist_ok=True)
     path = RESULTS / f"{name}{'-' + tag if tag else ''}-{device_tag()}.json"
-    result = {"benchmark": name, "commit": git_commit(), "machine": machine_description(),
+    run = os.environ.get("BENCH_RUN") or time.strftime("%Y-%m-%dT%H:%MZ", time.gmtime())  # run_all.sh: one for all
+    result = {"benchmark": name, "run": run, "commit": git_commit(), "machine": machine_description(),
               "isa": cpu_isa(), "kernels": torch.backends.cpu.get_cpu_capability(),
               "torch": torch.__version__, "threads": torch.get_num_threads(),
               "command": " ".join(["python", *sys.argv]), **result}

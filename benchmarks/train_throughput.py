@@ -8,7 +8,7 @@ the best matrix-multiplication rate measured in the same run, in float32 or bflo
 faster. `ceilings` bound what any optimisation of ours could reach: our FLOPs at 100% of the peak of the dtype the
 products run in, over the other implementation's measured speed.
 
-    python benchmarks/train_throughput.py --steps 12            # small preset, float32 and bf16 autocast
+    python benchmarks/train_throughput.py --steps 12            # small preset, float32 (and bf16 where native)
     python benchmarks/train_throughput.py --presets base --steps 6 --bf16-steps 1   # writes ...-base-cpu.json
 """
 
@@ -22,9 +22,9 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from common import bucketed_batches, matmul_peak_gflops, multi30k_ids, sync, write_result
-from transformer.hardware import keep_freed_memory
+from transformer.hardware import keep_freed_memory, native_bf16
 from transformer.model import Transformer, TransformerConfig
-from transformer.training import make_optimizer
+from transformer.training import label_smoothing, make_optimizer
 
 # --- the baselines ---------------------------------------------------------------------------------------------
 
@@ -128,7 +128,7 @@ class Ours(nn.Module):
         self.step_loss = torch.compile(self.model.batch_loss, dynamic=True) if compile else self.model.batch_loss
 
     def loss(self, batch, smoothing):
-        return self.step_loss(batch, smoothing)[0]
+        return self.step_loss(batch, label_smoothing(smoothing))[0]
 
 # --- measuring -----------------------------------------------------------------------------------------------------
 
@@ -182,13 +182,17 @@ def measure(cfg: TransformerConfig, batches, bf16: bool, compile: bool, warmup: 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--presets", nargs="+", default=["small"])
-    parser.add_argument("--dtypes", nargs="+", default=["float32", "bf16"], choices=["float32", "bf16"])
+    parser.add_argument("--dtypes", nargs="+", choices=["float32", "bf16"],
+                        help="default: float32, and bf16 where the CPU has bf16 instructions (emulated bf16 is no test)")
     parser.add_argument("--steps", type=int, default=6, help="timed float32 steps per implementation (after 2 warm-up)")
     parser.add_argument("--bf16-steps", type=int, default=2, help="timed bf16 steps (after 1 warm-up; slow on CPUs "
                         "without bf16 instructions)")
     parser.add_argument("--max-tokens", type=int, default=2048)
     parser.add_argument("--compile", action="store_true", help="also time our model under torch.compile")
     args = parser.parse_args()
+    bf16_native, bf16_why = native_bf16("cpu")
+    args.dtypes = args.dtypes or ["float32", *(["bf16"] if bf16_native else [])]
+    print(f"dtypes {args.dtypes}: {bf16_why}", flush=True)
     kept = keep_freed_memory()  # as Trainer does on a CPU: a step's large tensors reuse memory already mapped
 
     tokenizer, train, _ = multi30k_ids()
@@ -224,6 +228,7 @@ def main() -> None:
     print("\nratios:", ratios)
     print("ceilings (our step at 100% of the dtype's measured matmul peak):", ceilings)
     path = write_result("train_throughput", {"max_tokens": args.max_tokens, "keeps_freed_memory": kept,
+                                             "bf16_native": bf16_native, "bf16_reason": bf16_why,
                                              "matmul_peak_gflops": peak,
                                              "rows": rows, "ratios": ratios, "ceilings": ceilings},
                         tag="-".join(args.presets))
