@@ -60,7 +60,8 @@ def write_result(name: str, result: dict, tag: str = "") -> Path:
     RESULTS.mkdir(exist_ok=True)
     path = RESULTS / f"{name}{'-' + tag if tag else ''}-{device_tag()}.json"
     run = os.environ.get("BENCH_RUN") or time.strftime("%Y-%m-%dT%H:%MZ", time.gmtime())  # run_all.sh: one for all
-    result = {"benchmark": name, "run": run, "commit": git_commit(), "machine": machine_description(),
+    commit = git_commit(outputs=["benchmarks/results"])  # the files this run is rewriting do not make it dirty
+    result = {"benchmark": name, "run": run, "commit": commit, "machine": machine_description(),
               "isa": cpu_isa(), "kernels": torch.backends.cpu.get_cpu_capability(),
               "torch": torch.__version__, "threads": torch.get_num_threads(),
               "command": " ".join(["python", *sys.argv]), **result}

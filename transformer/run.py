@@ -10,6 +10,7 @@ __all__ = ['DATA_KEYS', 'KINDS', 'TASKS', 'RunConfig', 'load_run_config', 'git_c
 # %% ../nbs/07a_run.ipynb #d276a7e3
 import subprocess
 import tomllib
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
@@ -112,13 +113,14 @@ def load_run_config(path: str | Path) -> RunConfig:
     return RunConfig.from_dict(d, str(path))
 
 # %% ../nbs/07a_run.ipynb #6c497c6f
-def git_commit() -> str:
-    "The current commit (with '-dirty' if the tree has changes), or 'unknown' outside a git checkout."
+def git_commit(outputs: Sequence[str] = ()) -> str:
+    "The current commit (with '-dirty' if the tree has changes outside `outputs`), or 'unknown' outside a checkout."
     try:
         def run_git(*args: str) -> str:
             return subprocess.run(["git", *args], capture_output=True, text=True, check=True).stdout.strip()
 
-        dirty = run_git("status", "--porcelain", "--untracked-files=no")
+        dirty = run_git("status", "--porcelain", "--untracked-files=no", "--", ":/",
+                        *(f":(top,exclude){p}" for p in outputs))
         return run_git("rev-parse", "HEAD") + ("-dirty" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
