@@ -3,7 +3,7 @@
 # run's date (BENCH_RUN), and the appendix refuses files of different runs, so its ratios never mix machines.
 # Run it on a quiet machine (nothing else on the cores), after scripts/setup.sh and `pip install -e ".[bench]"`:
 #
-#   bash benchmarks/run_all.sh        # about 40 minutes on 2 cores; rewrites benchmarks/results/*-cpu.json
+#   bash benchmarks/run_all.sh        # about 15 minutes on 2 cores; rewrites benchmarks/results/*-cpu.json
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
