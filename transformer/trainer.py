@@ -46,7 +46,7 @@ def probe_step(model: SequenceModel, batch: Batch, smoothing: float, precision: 
     "Forward and backward of `batch` in `precision`, for `choose_precision` to time; weights and RNGs stay as they are."
     rng = rng_tensors()
     with autocast(batch.src.device, precision):
-        loss, _ = model.batch_loss(batch, smoothing)
+        loss, _ = model.batch_loss(batch, label_smoothing(smoothing))
     loss.backward()
     model.zero_grad(set_to_none=True)
     set_rng(rng)
