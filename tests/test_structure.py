@@ -82,4 +82,3 @@ def test_modules_stay_small():
     sizes = {p.name: len(p.read_text().splitlines()) for p in PACKAGE.glob("*.py") if p.name != "_modidx.py"}
     assert len(sizes) > 20 and not {name: n for name, n in sizes.items() if n > MAX_MODULE_LINES}
     assert 100 < class_lines(PACKAGE / "trainer.py", "Trainer") <= MAX_TRAINER_LINES
-

@@ -22,13 +22,11 @@ from torch import Tensor, nn
 from .checkpoint import (
     CheckpointError, TrainState, RunFolder, load_optimizer, load_weights, read_training_checkpoint,
     rng_tensors, save_training_checkpoint, set_rng, write_csv)
-from transformer.distributed import (
-    World, all_reduce_sum, barrier, broadcast_object, data_parallel, gather_objects, gradient_sync, my_rng, rank_rng,
-    shard)
+from .distributed import (World, all_reduce_sum, barrier, broadcast_object, data_parallel,
+                                     gather_objects, gradient_sync, my_rng, rank_rng, shard)
 from .model import SequenceModel
-from transformer.training import (
-    Batch, BatchLoss, TokenBatchSampler, TrainConfig, cooldown_factor, evaluate, label_smoothing, make_batch,
-    make_optimizer)
+from .training import (Batch, BatchLoss, TokenBatchSampler, TrainConfig, cooldown_factor, evaluate,
+                                  label_smoothing, make_batch, make_optimizer)
 from .budget import Budget, Progress, progress_mode
 from .hardware import autocast, choose_precision, grad_scaler, keep_freed_memory, precision_of
 
