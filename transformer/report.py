@@ -119,7 +119,8 @@ def write_report(model_dir: Path, report_dir: Path, results: dict[str, dict], de
                "parameters": sum(p.numel() for p in model.parameters()),
                "validation": curve_summary(metrics),
                "commit": trained.get("commit", "unknown"), "machine": trained.get("machine", "unknown"),
-               "evaluated_at_commit": git_commit(), "evaluated_on": machine_description(),
+               "evaluated_at_commit": git_commit(outputs=["results"]),  # other runs' reports: outputs
+               "evaluated_on": machine_description(),
                "variants": compare_variants(model_dir, model, tokenizer, first["pairs"], first["bleu"], beam, alpha)}
     pairs, hypotheses = first["pairs"], first["hypotheses"]
 
