@@ -5,8 +5,9 @@ with EVALB's rules beside two baselines, run the diagnostics, and write results/
     python scripts/parsing.py [--leaves words] [--d-model 128] [--max-minutes 20] [--diagnostic-minutes 5]
 
 Training stops when dev F1 has not improved for `--patience` evaluations, or at `--max-minutes` / `--max-steps`.
-The diagnostics (a blanked source, XX leaves when the main run copies words, 25% and 50% of the training
-trees) train the same way under the smaller budget.
+The diagnostics (a blanked source; when the main run copies words, XX leaves and untied embeddings; the schedule's
+full rate; 25% and 50% of the training trees) train the same way under the smaller budget, and `memorise` checks
+that the model can learn 64 training trees by heart at the chosen rate and at the full one.
 """
 
 import argparse
@@ -26,6 +27,7 @@ from transformer.model import Transformer, TransformerConfig, count_parameters
 from transformer.parsing import PAPER_DECODING, Vocab, parse, parsing_pairs, word_class
 from transformer.treebank import Tree, evalb, flat_tree, linearize, right_branching, treebank_splits, words_and_tags
 from transformer.trainer import TrainConfig, Trainer
+from transformer.training import noam_rate
 from transformer.run import git_commit
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -47,7 +49,9 @@ def arguments() -> argparse.Namespace:
                         help="the tree's leaves: XX (the paper, after Vinyals et al.) or the words, copied")
     parser.add_argument("--max-tokens", type=int, default=2048)
     parser.add_argument("--warmup", type=int, default=400)
-    parser.add_argument("--lr-factor", type=float, default=1.0)
+    parser.add_argument("--lr-factor", type=float, default=0.4,
+                        help="multiplies the rate schedule (peak factor / sqrt(d_model * warmup)); at 1.0 the model "
+                             "does not fit even its training trees (the full_rate diagnostic)")
     parser.add_argument("--eval-every", type=int, default=200)
     parser.add_argument("--patience", type=int, default=4, help="evaluations without a better dev F1 before stopping")
     parser.add_argument("--max-steps", type=int, default=20_000)
@@ -61,7 +65,8 @@ def arguments() -> argparse.Namespace:
 
 
 def train(name: str, trees: list[Tree], dev: list[Tree], words: Vocab, labels: Vocab, cfg: TransformerConfig,
-          args: argparse.Namespace, minutes: float, blank: bool = False) -> tuple[Transformer, dict]:
+          args: argparse.Namespace, minutes: float, blank: bool = False,
+          lr_factor: float | None = None) -> tuple[Transformer, dict]:
     "Train until dev F1 (constrained greedy) plateaus or the budget ends; the model at its best dev F1, and the run."
     fits = lambda p: max(len(p[0]), len(p[1])) + 1 <= cfg.max_len  # noqa: E731
     copy_words = cfg.tgt_vocab_size > len(labels)
@@ -83,18 +88,37 @@ def train(name: str, trees: list[Tree], dev: list[Tree], words: Vocab, labels: V
         return trainer.state.step - best["step"] >= args.patience * args.eval_every
 
     train_cfg = TrainConfig(max_tokens=args.max_tokens, max_steps=args.max_steps, max_minutes=minutes,
-                            warmup=args.warmup, lr_factor=args.lr_factor, eval_every=args.eval_every, keep_last=1,
+                            warmup=args.warmup, lr_factor=lr_factor or args.lr_factor, eval_every=args.eval_every, keep_last=1,
                             precision="fp32", seed=0)
     torch.manual_seed(0)
     trainer = Trainer(Transformer(cfg), train_cfg, pairs, dev_pairs,
                       out_dir=Path(args.out) / name, progress="lines", on_eval=dev_f1, stop_when=plateau)
     trainer.fit()
     model = load_weights(trainer.model, best_dir).eval()
-    return model, {"train_pairs": len(pairs), "train": asdict(train_cfg), "steps": trainer.state.step,
+    peak_lr = noam_rate(train_cfg.warmup, cfg.d_model, train_cfg.warmup, train_cfg.lr_factor)
+    return model, {"train_pairs": len(pairs), "train": asdict(train_cfg), "peak_lr": peak_lr,
+                   "steps": trainer.state.step,
                    "train_minutes": round(trainer.state.train_seconds / 60, 1), "best_step": best["step"],
                    "dev_f1": best["f1"], "stopped": "plateau" if plateau(trainer) else "budget",
                    "curve": [{k: row.get(k) for k in ("step", "train_loss", "valid_loss", "dev_f1", "train_minutes")}
                              for row in trainer.state.metrics]}
+
+
+def memorise(trees: list[Tree], words: Vocab, labels: Vocab, cfg: TransformerConfig, lr_factor: float,
+             n_trees: int = 64, epochs: int = 100) -> dict:
+    "Can the model learn `n_trees` short training trees by heart at this rate? Their F1 after `epochs` passes."
+    short = sorted(trees, key=lambda t: len(linearize(t)))[len(trees) // 4:][:n_trees]  # short, not one-word ones
+    pairs = parsing_pairs(short, words, labels, cfg.tgt_vocab_size > len(labels))
+    torch.manual_seed(0)
+    steps = epochs * -(-sum(len(t) + 1 for _, t in pairs) // 512)  # batches of ≤ 512 target tokens
+    train_cfg = TrainConfig(max_tokens=512, max_steps=steps, warmup=100, lr_factor=lr_factor, label_smoothing=0.0,
+                            precision="fp32", seed=0)
+    trainer = Trainer(Transformer(replace(cfg, dropout=0.0)), train_cfg, pairs, progress=False)
+    trainer.fit()
+    f1 = evalb(short, parse(trainer.model, words, labels, sentences(short), beam_size=1))["f1"]
+    print(f"[memorise] lr factor {lr_factor}: F1 {f1:.1f} on the {len(short)} trees it trained on", flush=True)
+    return {"lr_factor": lr_factor, "trees": len(short), "steps": trainer.state.step,
+            "train_loss": trainer.state.metrics[-1]["train_loss"] if trainer.state.metrics else None, "f1": f1}
 
 
 def main() -> None:
@@ -105,9 +129,11 @@ def main() -> None:
     words = Vocab(sentences(train_trees), args.min_count, None if args.no_word_classes else word_class)
     labels = Vocab([linearize(t) for t in train_trees])
     overrides = dict(d_model=args.d_model, d_ff=4 * args.d_model) if args.d_model else {}
-    target_vocab = len(labels) + (len(words) if args.leaves == "words" else 0)  # copied words: ids past the labels
-    cfg = TransformerConfig.preset(args.preset, src_vocab_size=len(words), tgt_vocab_size=target_vocab,
-                                   tie_embeddings=False, dropout=args.dropout, max_len=512, **overrides)
+    copy_words = args.leaves == "words"  # copied words: one id space (words past the labels), tied embeddings
+    vocab = dict(src_vocab_size=len(labels) + len(words), tgt_vocab_size=len(labels) + len(words),
+                 tie_embeddings=True) if copy_words else dict(src_vocab_size=len(words), tgt_vocab_size=len(labels),
+                                                              tie_embeddings=False)
+    cfg = TransformerConfig.preset(args.preset, dropout=args.dropout, max_len=512, **vocab, **overrides)
     score = lambda trees, parsed: {k: round(v, 2) for k, v in evalb(trees, parsed).items()}  # noqa: E731
 
     model, run = train("main", train_trees, dev, words, labels, cfg, args, args.max_minutes)
@@ -139,10 +165,19 @@ def main() -> None:
     diagnostics["blank_source"] = blank_run | {"test": score(test, parse(blank_model, words, labels,
                                                                          sentences(test, blank=True), beam_size=1))}
     if args.leaves == "words":  # the paper's XX leaves, trained the same way under the diagnostic budget
-        xx_cfg = replace(cfg, tgt_vocab_size=len(labels))
+        xx_cfg = replace(cfg, src_vocab_size=len(words), tgt_vocab_size=len(labels), tie_embeddings=False)
         xx_model, xx_run = train("xx_leaves", train_trees, dev, words, labels, xx_cfg, args, budget)
         diagnostics["xx_leaves"] = xx_run | {"test": score(test, parse(xx_model, words, labels, test_words,
                                                                        beam_size=1))}
+        # the same ids, but source, target and output embeddings learned as three separate tables
+        untied_model, untied_run = train("untied", train_trees, dev, words, labels,
+                                         replace(cfg, tie_embeddings=False), args, budget)
+        diagnostics["untied"] = untied_run | {"test": score(test, parse(untied_model, words, labels, test_words,
+                                                                        beam_size=1))}
+    full_model, full_run = train("full_rate", train_trees, dev, words, labels, cfg, args, budget, lr_factor=1.0)
+    diagnostics["full_rate"] = full_run | {"test": score(test, parse(full_model, words, labels, test_words,
+                                                                     beam_size=1))}
+    diagnostics["memorise"] = [memorise(train_trees, words, labels, cfg, factor) for factor in (args.lr_factor, 1.0)]
     curve = []
     for fraction in (0.25, 0.5):
         part = train_trees[: round(fraction * len(train_trees))]  # whole files, in order

@@ -10,7 +10,7 @@ import torch
 
 from transformer.decoding import translate_ids
 from transformer.model import Transformer, TransformerConfig
-from transformer.parsing import TreeConstraint, Vocab, parse, repair, word_class
+from transformer.parsing import TreeConstraint, Vocab, parse, parsing_pairs, repair, word_class
 from transformer.treebank import (PTB_DIR_ENV, TreeError, clean, delinearize, evalb, flat_tree, linearize, parse_trees,
                                   right_branching, treebank_splits, words_and_tags)
 
@@ -133,15 +133,15 @@ def test_constrained_outputs_are_trees_with_one_leaf_per_word(beam_size):
 
 def test_copied_leaves_are_the_source_words_in_order():
     torch.manual_seed(0)
-    n_labels = len(LABELS)  # a target vocabulary past the labels: leaf ids are n_labels + the source word's id
-    model = Transformer(TransformerConfig.preset("tiny", src_vocab_size=20, tgt_vocab_size=n_labels + 20,
-                                                 tie_embeddings=False)).eval()
+    n_labels = len(LABELS)  # one id space past the labels: a leaf's id is its source word's id
+    model = Transformer(TransformerConfig.preset("tiny", src_vocab_size=n_labels + 20,
+                                                 tgt_vocab_size=n_labels + 20)).eval()
     rng = random.Random(0)
-    sources = [[rng.randrange(3, 20) for _ in range(rng.randint(1, 25))] for _ in range(16)]
+    sources = [[n_labels + rng.randrange(3, 20) for _ in range(rng.randint(1, 25))] for _ in range(16)]
     for beam_size in (1, 3):
         outputs = translate_ids(model, sources, beam_size, max_extra=60, constrain=TreeConstraint(LABELS))
         for src, out in zip(sources, outputs):
-            assert [i - n_labels for i in out if i >= n_labels] == src
+            assert [i for i in out if i >= n_labels] == src
             tokens = LABELS.decode([i if i < n_labels else LABELS.stoi["XX"] for i in out])
             assert linearize(delinearize(tokens, ["w"] * len(src))) == tokens
 
@@ -152,9 +152,27 @@ def test_a_copied_leaf_is_scored_as_any_word():
     logits[0, n_labels:] = 0.0                          # ten words equally likely: log 10 for "a word comes"
     logits[0, LABELS.stoi["(NP"]] = 1.0                 # a bracket, likelier than any one word but not than all ten
     tokens = torch.tensor([[1, *LABELS.encode(["(S"])]])
-    TreeConstraint(LABELS)(logits, tokens, torch.tensor([[7, 8, 2]]), torch.tensor([100]))
+    TreeConstraint(LABELS)(logits, tokens, torch.tensor([[n_labels + 7, n_labels + 8, 2]]), torch.tensor([100]))
     assert logits[0, n_labels + 7].item() == pytest.approx(torch.tensor(10.0).log().item())
     assert logits.argmax().item() == n_labels + 7 and torch.isinf(logits[0, n_labels + 8])
+
+
+def test_after_the_last_copied_word_the_end_keeps_its_own_score():
+    n_labels = len(LABELS)  # the source's next id is then </s>: it must not get the words' total
+    logits = torch.zeros((1, n_labels + 10))
+    logits[0, LABELS.stoi["</s>"]] = -3.0
+    tokens = torch.tensor([[1, *LABELS.encode(["(S"]), n_labels + 7, *LABELS.encode([")S"])]])
+    TreeConstraint(LABELS)(logits, tokens, torch.tensor([[n_labels + 7, 2]]), torch.tensor([100]))
+    assert logits[0, LABELS.stoi["</s>"]].item() == -3.0 and torch.isfinite(logits).sum() == 1
+
+
+def test_parsing_pairs_share_one_id_space_when_copying():
+    gold = tree(GOLD)
+    words = Vocab([[w for w, _ in words_and_tags(gold)]])
+    src, tgt = parsing_pairs([gold], words, LABELS, copy_words=True)[0]
+    assert src == [len(LABELS) + i for i in words.encode([w for w, _ in words_and_tags(gold)])]
+    assert [i for i in tgt if i >= len(LABELS)] == src  # each leaf is its word's source id
+    assert parsing_pairs([gold], words, LABELS)[0][0] == words.encode([w for w, _ in words_and_tags(gold)])
 
 
 def test_parse_refuses_empty_sentences():
