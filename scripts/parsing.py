@@ -88,8 +88,8 @@ def train(name: str, trees: list[Tree], dev: list[Tree], words: Vocab, labels: V
         return trainer.state.step - best["step"] >= args.patience * args.eval_every
 
     train_cfg = TrainConfig(max_tokens=args.max_tokens, max_steps=args.max_steps, max_minutes=minutes,
-                            warmup=args.warmup, lr_factor=lr_factor or args.lr_factor, eval_every=args.eval_every, keep_last=1,
-                            precision="fp32", seed=0)
+                            warmup=args.warmup, lr_factor=lr_factor or args.lr_factor, eval_every=args.eval_every,
+                            keep_last=1, precision="fp32", seed=0)
     torch.manual_seed(0)
     trainer = Trainer(Transformer(cfg), train_cfg, pairs, dev_pairs,
                       out_dir=Path(args.out) / name, progress="lines", on_eval=dev_f1, stop_when=plateau)
@@ -106,7 +106,7 @@ def train(name: str, trees: list[Tree], dev: list[Tree], words: Vocab, labels: V
 
 def memorise(trees: list[Tree], words: Vocab, labels: Vocab, cfg: TransformerConfig, lr_factor: float,
              n_trees: int = 64, epochs: int = 100) -> dict:
-    "Can the model learn `n_trees` short training trees by heart at this rate? Their F1 after `epochs` passes."
+    "Can the model learn `n_trees` short training trees by heart at this rate? Their F1 after about `epochs` passes."
     short = sorted(trees, key=lambda t: len(linearize(t)))[len(trees) // 4:][:n_trees]  # short, not one-word ones
     pairs = parsing_pairs(short, words, labels, cfg.tgt_vocab_size > len(labels))
     torch.manual_seed(0)
