@@ -58,6 +58,7 @@ def arguments() -> argparse.Namespace:
     parser.add_argument("--max-minutes", type=float, default=20.0, help="training-time cap of the main run")
     parser.add_argument("--diagnostic-minutes", type=float, default=5.0, help="cap of each diagnostic run (0: none)")
     parser.add_argument("--diagnostics", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument("--seed", type=int, default=0, help="seeds initialisation and batch order of every run")
     parser.add_argument("--train-sample", type=int, default=200, help="training sentences scored for training F1")
     parser.add_argument("--out", default=str(ROOT / "runs" / "parsing"))
     parser.add_argument("--result", default=str(ROOT / "results" / "parsing.json"))
@@ -89,8 +90,8 @@ def train(name: str, trees: list[Tree], dev: list[Tree], words: Vocab, labels: V
 
     train_cfg = TrainConfig(max_tokens=args.max_tokens, max_steps=args.max_steps, max_minutes=minutes,
                             warmup=args.warmup, lr_factor=lr_factor or args.lr_factor, eval_every=args.eval_every,
-                            keep_last=1, precision="fp32", seed=0)
-    torch.manual_seed(0)
+                            keep_last=1, precision="fp32", seed=args.seed)
+    torch.manual_seed(args.seed)
     trainer = Trainer(Transformer(cfg), train_cfg, pairs, dev_pairs,
                       out_dir=Path(args.out) / name, progress="lines", on_eval=dev_f1, stop_when=plateau)
     trainer.fit()
@@ -188,7 +189,7 @@ def main() -> None:
     diagnostics["learning_curve"] = curve
 
     result = {"command": "python scripts/parsing.py " + shlex.join(sys.argv[1:]), "commit": git_commit(),
-              "machine": machine_description(), "sentences": {k: len(v) for k, v in splits.items()},
+              "machine": machine_description(), "seed": args.seed, "sentences": {k: len(v) for k, v in splits.items()},
               "vocab": {"words": len(words), "labels": len(labels), "min_count": args.min_count,
                         "word_classes": not args.no_word_classes, "leaves": args.leaves},
               "model": cfg.to_dict(), "parameters": count_parameters(model), "decoding": {"paper": PAPER_DECODING},
