@@ -38,6 +38,11 @@ def sentences(trees: list[Tree], blank: bool = False) -> list[list[str]]:
     return [["<unk>" if blank else w for w, _ in words_and_tags(t)] for t in trees]
 
 
+def score(gold: list[Tree], parsed: list[Tree]) -> dict[str, float]:
+    "EVALB's precision, recall, F1 and counts, rounded for the result file."
+    return {k: round(v, 2) for k, v in evalb(gold, parsed).items()}
+
+
 def arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", default="small", choices=["small", "tiny"])
@@ -82,7 +87,8 @@ def train(name: str, trees: list[Tree], dev: list[Tree], words: Vocab, labels: V
         if f1 > best["f1"]:  # the checkpoint we keep: chosen on dev, never on test
             best.update(f1=f1, step=trainer.state.step)
             save_model_files(trainer.model, best_dir)
-        print(f"[{name}] step {trainer.state.step}: dev F1 {f1:.1f} (best {best['f1']:.1f} at {best['step']})", flush=True)
+        print(f"[{name}] step {trainer.state.step}: dev F1 {f1:.1f} (best {best['f1']:.1f} at {best['step']})",
+              flush=True)
         return {"dev_f1": f1}
 
     def plateau(trainer: Trainer) -> bool:
@@ -122,46 +128,10 @@ def memorise(trees: list[Tree], words: Vocab, labels: Vocab, cfg: TransformerCon
             "train_loss": trainer.state.metrics[-1]["train_loss"] if trainer.state.metrics else None, "f1": f1}
 
 
-def main() -> None:
-    args = arguments()
-    start = time.time()
-    splits = treebank_splits()
-    train_trees, dev, test = splits["train"], splits["dev"], splits["test"]
-    words = Vocab(sentences(train_trees), args.min_count, None if args.no_word_classes else word_class)
-    labels = Vocab([linearize(t) for t in train_trees])
-    overrides = dict(d_model=args.d_model, d_ff=4 * args.d_model) if args.d_model else {}
-    copy_words = args.leaves == "words"  # copied words: one id space (words past the labels), tied embeddings
-    vocab = dict(src_vocab_size=len(labels) + len(words), tgt_vocab_size=len(labels) + len(words),
-                 tie_embeddings=True) if copy_words else dict(src_vocab_size=len(words), tgt_vocab_size=len(labels),
-                                                              tie_embeddings=False)
-    cfg = TransformerConfig.preset(args.preset, dropout=args.dropout, max_len=512, **vocab, **overrides)
-    score = lambda trees, parsed: {k: round(v, 2) for k, v in evalb(trees, parsed).items()}  # noqa: E731
-
-    model, run = train("main", train_trees, dev, words, labels, cfg, args, args.max_minutes)
-    test_words = sentences(test)
-    test_scores = {"greedy": score(test, parse(model, words, labels, test_words, beam_size=1)),
-                   "beam4": score(test, parse(model, words, labels, test_words, beam_size=4)),
-                   "paper": score(test, parse(model, words, labels, test_words, **PAPER_DECODING)),
-                   "greedy_unconstrained": score(test, parse(model, words, labels, test_words, beam_size=1,
-                                                             constrained=False))}
-    dev_paper = score(dev, parse(model, words, labels, sentences(dev), **PAPER_DECODING))
-    sample = random.Random(0).sample(train_trees, min(args.train_sample, len(train_trees)))
-    train_f1 = score(sample, parse(model, words, labels, sentences(sample), beam_size=1))
-    examples = parse(model, words, labels, test_words[:5], **PAPER_DECODING)
-
-    # baselines: no learning; the right-branching tree's inner label is the one best on dev
-    inner = max(("NP", "VP", "S", "PP"), key=lambda lab: evalb(dev, [right_branching(s, inner=lab)
-                                                                       for s in sentences(dev)])["f1"])
-    baselines = {"flat": score(test, [flat_tree(s) for s in test_words]),
-                 "right_branching": score(test, [right_branching(s, inner=inner) for s in test_words]) | {
-                     "inner_label": inner}}
-
-    diagnostics = {"train_f1": train_f1 | {"sentences": len(sample)}, "dev_paper": dev_paper}
-    budget = args.diagnostic_minutes
-    if not args.diagnostics:  # exploring settings: the main run alone
-        print(json.dumps({"dev": run["dev_f1"], "dev_paper": dev_paper["f1"], "train": train_f1["f1"],
-                          "test": test_scores}))
-        return
+def diagnostic_runs(train_trees: list[Tree], dev: list[Tree], test: list[Tree], words: Vocab, labels: Vocab,
+                    cfg: TransformerConfig, args: argparse.Namespace, run: dict, test_greedy: dict) -> dict:
+    "The diagnostics' runs under the smaller budget, and the memorisation check; `run`: the main run, for the curve."
+    budget, diagnostics, test_words = args.diagnostic_minutes, {}, sentences(test)
     blank_model, blank_run = train("blank", train_trees, dev, words, labels, cfg, args, budget, blank=True)
     diagnostics["blank_source"] = blank_run | {"test": score(test, parse(blank_model, words, labels,
                                                                          sentences(test, blank=True), beam_size=1))}
@@ -185,8 +155,47 @@ def main() -> None:
         part_model, part_run = train(f"fraction{fraction}", part, dev, words, labels, cfg, args, budget)
         curve.append({"fraction": fraction, "trees": len(part), "test_greedy": score(
             test, parse(part_model, words, labels, test_words, beam_size=1))} | part_run)
-    curve.append({"fraction": 1.0, "trees": len(train_trees), "test_greedy": test_scores["greedy"]} | run)
+    curve.append({"fraction": 1.0, "trees": len(train_trees), "test_greedy": test_greedy} | run)
     diagnostics["learning_curve"] = curve
+    return diagnostics
+
+
+def main() -> None:
+    args = arguments()
+    start = time.time()
+    splits = treebank_splits()
+    train_trees, dev, test = splits["train"], splits["dev"], splits["test"]
+    words = Vocab(sentences(train_trees), args.min_count, None if args.no_word_classes else word_class)
+    labels = Vocab([linearize(t) for t in train_trees])
+    overrides = dict(d_model=args.d_model, d_ff=4 * args.d_model) if args.d_model else {}
+    copy_words = args.leaves == "words"  # copied words: one id space (words past the labels), tied embeddings
+    vocab = dict(src_vocab_size=len(labels) + len(words), tgt_vocab_size=len(labels) + len(words),
+                 tie_embeddings=True) if copy_words else dict(src_vocab_size=len(words), tgt_vocab_size=len(labels),
+                                                              tie_embeddings=False)
+    cfg = TransformerConfig.preset(args.preset, dropout=args.dropout, max_len=512, **vocab, **overrides)
+
+    model, run = train("main", train_trees, dev, words, labels, cfg, args, args.max_minutes)
+    test_words = sentences(test)
+    test_scores = {"greedy": score(test, parse(model, words, labels, test_words, beam_size=1)),
+                   "beam4": score(test, parse(model, words, labels, test_words, beam_size=4)),
+                   "paper": score(test, parse(model, words, labels, test_words, **PAPER_DECODING)),
+                   "greedy_unconstrained": score(test, parse(model, words, labels, test_words, beam_size=1,
+                                                             constrained=False))}
+    dev_paper = score(dev, parse(model, words, labels, sentences(dev), **PAPER_DECODING))
+    sample = random.Random(0).sample(train_trees, min(args.train_sample, len(train_trees)))
+    train_f1 = score(sample, parse(model, words, labels, sentences(sample), beam_size=1))
+    examples = parse(model, words, labels, test_words[:5], **PAPER_DECODING)
+
+    # baselines: no learning; the right-branching tree's inner label is the one best on dev
+    inner = max(("NP", "VP", "S", "PP"), key=lambda lab: evalb(dev, [right_branching(s, inner=lab)
+                                                                       for s in sentences(dev)])["f1"])
+    baselines = {"flat": score(test, [flat_tree(s) for s in test_words]),
+                 "right_branching": score(test, [right_branching(s, inner=inner) for s in test_words]) | {
+                     "inner_label": inner}}
+
+    diagnostics = {"train_f1": train_f1 | {"sentences": len(sample)}, "dev_paper": dev_paper}
+    if args.diagnostics:  # without them (exploring settings, another seed): the main run alone
+        diagnostics |= diagnostic_runs(train_trees, dev, test, words, labels, cfg, args, run, test_scores["greedy"])
 
     result = {"command": "python scripts/parsing.py " + shlex.join(sys.argv[1:]), "commit": git_commit(),
               "machine": machine_description(), "seed": args.seed, "sentences": {k: len(v) for k, v in splits.items()},
