@@ -182,6 +182,15 @@ def test_parse_refuses_empty_sentences():
         parse(model, Vocab([["a"]]), LABELS, [["a"], []])
 
 
+def test_parse_refuses_a_model_of_other_vocabularies():
+    words = Vocab([["a", "b"]])
+    for src, tgt in [(len(words) + 1, len(LABELS)), (len(LABELS) + len(words), len(LABELS) + len(words) + 1)]:
+        model = Transformer(TransformerConfig.preset("tiny", src_vocab_size=src, tgt_vocab_size=tgt,
+                                                     tie_embeddings=False))
+        with pytest.raises(ValueError, match="do not match these words and labels"):
+            parse(model, words, LABELS, [["a"]])
+
+
 def test_baselines_score_as_expected():
     gold = tree(GOLD)  # S NP VP NP NP over 7 counted words
     words = [w for w, _ in words_and_tags(gold)]

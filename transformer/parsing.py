@@ -155,6 +155,10 @@ def parse(model: Transformer, words: Vocab, labels: Vocab, sentences: Sequence[S
         raise ValueError("every sentence to parse needs at least one word")
     constraint = TreeConstraint(labels) if constrained else None
     copy_words = model.cfg.tgt_vocab_size > len(labels)
+    expected = (len(labels) + len(words), len(labels) + len(words)) if copy_words else (len(words), len(labels))
+    if (model.cfg.src_vocab_size, model.cfg.tgt_vocab_size) != expected:
+        raise ValueError(f"the model's vocabularies ({model.cfg.src_vocab_size} source, {model.cfg.tgt_vocab_size} "
+                         f"target ids) do not match these words and labels ({expected[0]}, {expected[1]})")
     ids = translate_ids(model.eval(), [source_ids(words, labels, s, copy_words) for s in sentences], beam_size, alpha,
                         max_extra=max_extra, constrain=constraint)
     xx = labels.stoi["XX"]
