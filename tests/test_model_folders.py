@@ -199,8 +199,9 @@ def test_export_refuses_a_model_folder(tokenizer, tmp_path, capsys):
         assert "new or empty folder" in err, err
         assert folder_files(target) == before
     pytest.importorskip("ctranslate2")
+    export = ("export", "--model", model, "--format", "ctranslate2", "--out", tmp_path / "ct2")
     for _ in range(2):  # an earlier export is replaced
-        assert run_cli(capsys, "export", "--model", model, "--format", "ctranslate2", "--out", tmp_path / "ct2")[0] == 0
+        assert run_cli(capsys, *export)[0] == 0
     assert (tmp_path / "ct2" / "model.bin").is_file()
 
 
