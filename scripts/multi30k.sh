@@ -20,7 +20,7 @@ transformer train --config "$CONFIG" --out "$RUN" --seed "$SEED" ${RESUME:+--res
 transformer average --run "$RUN" --last 5 --out "$RUN/average"
 transformer tune --model "$RUN/average" --split val --beam 4 6 --alpha 0.6 0.8 1.0 1.2 1.4 1.6
 transformer evaluate --model "$RUN/average" --split test2016 test2017 mscoco2017 test2018 --skip-missing \
-  --output "$RUN/test2016.hyp.en" --report "$REPORT"
+  --output "$RUN/hyp.en" --report "$REPORT"
 if [ -f "$MAIN/summary.json" ]; then  # every seed's scores, gathered into the main report
   python -c "import sys; from transformer.report import record_seeds; record_seeds(sys.argv[1])" "$MAIN"
 fi

@@ -12,7 +12,8 @@ from conftest import BOS, PAD, make_model, padded_tokens, randomize_vectors
 from transformer.attention import padding_mask
 from transformer.decoding import beam_search, greedy_decode, length_penalty, output_limits, translate_ids
 from transformer.model import KVCache, Transformer, TransformerConfig
-from transformer.checkpoint import (CheckpointError, average_checkpoints, load_model_dir, save_average, save_model_files,
+from transformer.model_folder import save_average
+from transformer.checkpoint import (CheckpointError, average_checkpoints, load_model_dir, save_model_files,
                                     write_atomically)
 
 EOS = 2

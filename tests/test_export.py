@@ -194,7 +194,7 @@ def test_cli_exports_a_model_folder(folders, tmp_path, fmt, files):
     tokenizer's tokens, in id order."""
     done = cli("--model", str(folders / "translation"), "--format", fmt, "--out", str(tmp_path / fmt), "--int8")
     assert done.returncode == 0 and done.stdout.startswith(f"wrote {fmt} export to"), done.stderr
-    assert {p.name for p in (tmp_path / fmt).iterdir()} == files | {"tokenizer.json"}
+    assert {p.name for p in (tmp_path / fmt).iterdir()} == files | {"tokenizer.json", ".transformer.json"}
     if fmt == "ctranslate2":
         from tokenizers import Tokenizer
         tokenizer = Tokenizer.from_file(str(folders / "translation" / "tokenizer.json"))

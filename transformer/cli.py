@@ -20,16 +20,18 @@ from pathlib import Path
 import torch.distributed as dist
 
 from . import __version__
-from .checkpoint import CheckpointError, RunFolder, save_average
-from .data import DataError, load_split
+from .checkpoint import CheckpointError, RunFolder
+from .data import DataError
 from .decoder_only import generate  # and its model kind becomes loadable
 from .decoding import check_sampling, dynamic_int8
 from .distributed import RankFailedError, World, launch, resolve_device
 from .report import write_report
 from .scoring import (
-    TEST_SPLITS, decoding_settings, evaluate_splits, file_pairs, save_decoding, tune_decoding)
+    TEST_SPLITS, check_decoding_target, decoding_settings, evaluate_splits, evaluation_files, save_decoding,
+    tune_decoding, validation_pairs, write_translations)
 from .hub import model_folder
 from .model import PRESETS
+from .model_folder import save_average
 from .training import PRECISIONS, precision_from_bf16
 from .run import RunConfig, load_run_config
 from .translation import load_translator, train_run, translate_text
@@ -40,13 +42,17 @@ LANGUAGES = ["de", "en", "fr", "cs"]  # the languages of Multi30k
 DEVICE_HELP = "auto (CUDA if present, else CPU), cpu, cuda or cuda:N"
 
 
-def add_decoding_args(p: argparse.ArgumentParser) -> None:
+def add_decoding_args(p: argparse.ArgumentParser, tuning: bool = False) -> None:
     p.add_argument("--model", required=True, help="a model folder (a checkpoint or an average), or a published "
                    "model's name, downloaded once: multi30k-de-en")
     p.add_argument("--device", default="auto", help=DEVICE_HELP)
-    p.add_argument("--beam", type=int, help="beam size; 1 decodes greedily (default: the model's tuned setting, "
-                   "else 4 as in §6.1)")
-    p.add_argument("--alpha", type=float, help="length penalty (default: the model's tuned setting, else 0.6)")
+    if tuning:  # the settings to try
+        p.add_argument("--beam", type=int, nargs="+", default=[4], help="beam sizes to try (default 4)")
+        p.add_argument("--alpha", type=float, nargs="+", default=[0.6], help="length penalties to try (default 0.6)")
+    else:
+        p.add_argument("--beam", type=int, help="beam size; 1 decodes greedily (default: the model's tuned setting, "
+                       "else 4 as in §6.1)")
+        p.add_argument("--alpha", type=float, help="length penalty (default: the model's tuned setting, else 0.6)")
     p.add_argument("--batch-size", type=int, default=64, help="sentences decoded together (default 64)")
 
 
@@ -99,19 +105,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data-dir", help="folder with the Multi30k .gz files")
     p.add_argument("--src", help="source sentences, one per line (with --ref instead of --split)")
     p.add_argument("--ref", help="reference translations, one per line")
-    p.add_argument("--output", help="also write the translations to this file")
+    p.add_argument("--output", help="also write the translations to this file (several splits: NAME.SPLIT.EXT each)")
     p.add_argument("--report", help="write the run's report files (summary.json, samples, attention) here")
 
     p = sub.add_parser("tune", help="choose beam size and α on validation data; stored with the model")
-    p.add_argument("--model", required=True, help="a model folder: a checkpoint or an average")
+    add_decoding_args(p, tuning=True)
     p.add_argument("--split", choices=["val"], help="Multi30k's validation split (a test set is never tuned on)")
     p.add_argument("--data-dir", help="folder with the Multi30k .gz files")
     p.add_argument("--src", help="your own validation source sentences, one per line (with --ref)")
     p.add_argument("--ref", help="their reference translations, one per line")
-    p.add_argument("--beam", type=int, nargs="+", default=[4], help="beam sizes to try (default 4)")
-    p.add_argument("--alpha", type=float, nargs="+", default=[0.6], help="length penalties to try (default 0.6)")
-    p.add_argument("--batch-size", type=int, default=64, help="sentences decoded together (default 64)")
-    p.add_argument("--device", default="auto", help=DEVICE_HELP)
+    p.add_argument("--out", help="write a tuned copy of the model to this new folder; a downloaded one is read-only")
 
     p = sub.add_parser("generate", help="sample text from a decoder-only model, e.g. a language model")
     p.add_argument("--model", required=True, help="a decoder-only model folder")
@@ -128,7 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="auto", help=DEVICE_HELP)
 
     p = sub.add_parser("average", help="average checkpoints into a new model folder")
-    p.add_argument("--out", required=True, help="the new model folder")
+    p.add_argument("--out", required=True, help="the new model folder (new or empty, or an earlier average)")
     group = p.add_mutually_exclusive_group(required=True)
     group.add_argument("--run", help="a training output folder: average its last --last checkpoints")
     group.add_argument("--checkpoints", nargs="+", help="checkpoint folders to average")
@@ -137,7 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("export", help="write a model for an inference engine: ONNX or CTranslate2")
     p.add_argument("--model", required=True, help="a model folder: a checkpoint or an average")
     p.add_argument("--format", required=True, help="onnx (encoder and decoder-step graphs) or ctranslate2")
-    p.add_argument("--out", required=True, help="the folder to write")
+    p.add_argument("--out", required=True, help="the folder to write (new or empty, or an earlier export)")
     p.add_argument("--int8", action="store_true", help="store the weight matrices as 8-bit integers")
     return parser
 
@@ -221,33 +224,30 @@ def cmd_translate(args: argparse.Namespace) -> None:
 
 def cmd_evaluate(args: argparse.Namespace) -> None:
     check_decoding_args(args)
-    if bool(args.split) == bool(args.src or args.ref):
-        raise ValueError("give either --split, or --src and --ref")
+    named = evaluation_files(args.split, args.src, args.ref)
     decoding = decoding_settings(args.model, args.beam, args.alpha)
-    named = {Path(args.src).name: file_pairs(args.src, args.ref)} if args.src or args.ref else None
     results, missing = evaluate_splits(args.model, decoding, args.split or (), named, args.data_dir, args.skip_missing,
                                        args.batch_size, resolve_device(args.device))
     for split, reason in missing.items():
         print(f"{split}: skipped, {reason}", file=sys.stderr)
+    for split, r in results.items():  # shown before anything is written: a refused folder loses no score
+        print(f"{split}: {r['line']}" if len(results) > 1 else r["line"])
+    print(next(iter(results.values()))["signature"], flush=True)
     if args.output:
-        Path(args.output).write_text("\n".join(next(iter(results.values()))["hypotheses"]) + "\n", encoding="utf-8")
+        write_translations(Path(args.output), results)
     if args.report:
         write_report(Path(args.model), Path(args.report), results, decoding)
-    for split, r in results.items():
-        print(f"{split}: {r['line']}" if len(results) > 1 else r["line"])
-    print(next(iter(results.values()))["signature"])
 
 
 def cmd_tune(args: argparse.Namespace) -> None:
     check_decoding_args(args)
-    if bool(args.split) == bool(args.src or args.ref):
-        raise ValueError("give either --split val, or --src and --ref (validation data, never a test set)")
-    pairs = file_pairs(args.src, args.ref) if args.src or args.ref else load_split(args.split, args.data_dir)
+    check_decoding_target(args.model, args.out)  # before any work: a downloaded model is read-only
+    pairs = validation_pairs(args.model, args.split, args.data_dir, args.src, args.ref)
     model, tokenizer = load_translator(args.model, resolve_device(args.device))
     tuned = tune_decoding(model, tokenizer, pairs, args.beam, args.alpha, args.batch_size)
-    path = save_decoding(args.model, tuned, args.split or Path(args.src).name)
-    for row in tuned["grid"]:
-        print(f"beam {row['beam']}, alpha {row['alpha']}: BLEU {row['bleu']:.2f}")
+    for row in tuned["grid"]:  # shown before it is stored: a folder that cannot be written loses nothing
+        print(f"beam {row['beam']}, alpha {row['alpha']}: BLEU {row['bleu']:.2f}", flush=True)
+    path = save_decoding(args.model, tuned, args.split or Path(args.src).name, args.out)
     print("best: beam {beam}, alpha {alpha} (BLEU {bleu:.2f}); written to".format(**tuned["best"]), path)
 
 

@@ -24,6 +24,8 @@ from .attention import pad_sequences
 from .checkpoint import load_model_dir, read_config
 from .decoding import output_limits, restrict_logits_, strip_specials
 from .model import KVCache, Transformer, record_attention
+from .model_folder import replace_folder
+from .translation import load_translator
 
 # %% ../nbs/11_export.ipynb #9cdb933a
 FORMATS = ("onnx", "ctranslate2")
@@ -135,7 +137,7 @@ def export_onnx(model: Transformer, out: Path, int8: bool = False) -> Path:
             quantization.quantize_dynamic(out / f"{name}.float32", out / name,
                                           weight_type=quantization.QuantType.QInt8)
             (out / f"{name}.float32").unlink()
-    (out / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2))
+    (out / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2), encoding="utf-8")
     return out
 
 # %% ../nbs/11_export.ipynb #323278e8
@@ -255,14 +257,15 @@ def export_ctranslate2(model: Transformer, out: Path, tokens: Sequence[str], int
 def ct2_vocabulary(folder: Path, side: str) -> list[str]:
     "The `side` ('source' or 'target') vocabulary of a CTranslate2 model folder."
     shared = Path(folder) / "shared_vocabulary.json"
-    return json.loads((shared if shared.is_file() else Path(folder) / f"{side}_vocabulary.json").read_text())
+    path = shared if shared.is_file() else Path(folder) / f"{side}_vocabulary.json"
+    return json.loads(path.read_text(encoding="utf-8"))
 
 
 def ct2_translate_ids(folder: str | Path, sentences: Sequence[Sequence[int]], beam_size: int = 4,
                       alpha: float = 0.6, max_extra: int = 50) -> list[list[int]]:
     "Translate source id lists (without specials) with CTranslate2; its length penalty is |Y|^α, not GNMT's."
     ctranslate2 = optional("ctranslate2")
-    config = json.loads((Path(folder) / "config.json").read_text())  # CTranslate2's
+    config = json.loads((Path(folder) / "config.json").read_text(encoding="utf-8"))  # CTranslate2's
     source, target = ct2_vocabulary(folder, "source"), ct2_vocabulary(folder, "target")
     ids = {token: i for i, token in enumerate(target)}
     translator = ctranslate2.Translator(str(folder), device="cpu", intra_threads=1)
@@ -282,19 +285,16 @@ def export_folder(model_dir: str | Path, fmt: str, out: str | Path, int8: bool =
     "Export the model folder `model_dir` to `out` in `fmt` ('onnx' or 'ctranslate2'); its tokenizer goes along."
     if fmt not in FORMATS:
         raise ExportError(f"unknown format {fmt!r}: choose {' or '.join(FORMATS)}")
-    model, tokenizer_file = load_model_dir(model_dir), Path(model_dir) / "tokenizer.json"
+    tokenizer_file = Path(model_dir) / "tokenizer.json"
+    model, tokenizer = load_translator(model_dir) if tokenizer_file.is_file() else (load_model_dir(model_dir), None)
     check_export(model, fmt)
     optional({"onnx": "onnxruntime", "ctranslate2": "ctranslate2"}[fmt])
-    tokenizer = None
-    if tokenizer_file.is_file():
-        from tokenizers import Tokenizer
 
-        tokenizer = Tokenizer.from_file(str(tokenizer_file))
-    out = Path(out)
-    if fmt == "onnx":
-        export_onnx(model, out, int8)
-    else:
-        export_ctranslate2(model, out, vocabulary(model, tokenizer), int8)
-    if tokenizer is not None:
-        shutil.copy(tokenizer_file, out / "tokenizer.json")
-    return out
+    def write(tmp: Path) -> None:
+        if fmt == "onnx":
+            export_onnx(model, tmp, int8)
+        else:
+            export_ctranslate2(model, tmp, vocabulary(model, tokenizer), int8)
+        if tokenizer is not None:
+            shutil.copy(tokenizer_file, tmp / "tokenizer.json")
+    return replace_folder(Path(out), "transformer export", write)  # never over a model folder's config.json

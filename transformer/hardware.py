@@ -30,7 +30,7 @@ ISA_FLAGS = {"avx2": "AVX2", "avx512f": "AVX-512", "avx512_bf16": "AVX512-BF16",
 def cpuinfo(key: str) -> str | None:
     "The value of `key` (e.g. 'flags', 'model name') for the first CPU in /proc/cpuinfo; None off Linux."
     try:
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
+        lines = Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines()
     except OSError:
         return None
     return next((l.split(":", 1)[1].strip() for l in lines if l.split(":", 1)[0].strip() == key), None)

@@ -14,6 +14,7 @@ from pathlib import Path
 from . import __version__
 from .checkpoint import CheckpointError
 from .data import DataError, cache_dir, download_checked, sha256
+from .model_folder import ModelFolder
 
 # %% ../nbs/11b_hub.ipynb #c5110208
 # name → file → SHA-256; written by scripts/release_model.py
@@ -57,6 +58,8 @@ def download_model(name: str) -> Path:
         if (got := sha256(path)) != digest:
             raise DataError(f"the cached {path} has SHA-256 {got[:12]}…, expected {digest[:12]}…: "
                             "delete it and it is downloaded again")
+    if ModelFolder(folder).pinned != PUBLISHED_MODELS[name]:  # read-only from now on: every writer checks
+        ModelFolder(folder).pin(PUBLISHED_MODELS[name])
     return folder
 
 

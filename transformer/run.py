@@ -104,7 +104,7 @@ def load_run_config(path: str | Path) -> RunConfig:
     if not path.is_file():
         raise FileNotFoundError(f"configuration file {path} not found")
     try:
-        d = tomllib.loads(path.read_text())
+        d = tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as e:
         raise ValueError(f"{path} is not valid TOML: {e}") from None
     for key in ("train_src", "train_tgt", "valid_src", "valid_tgt"):

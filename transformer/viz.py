@@ -132,7 +132,7 @@ def headline_results() -> "pandas.DataFrame":
     "The paper's headline numbers beside this book's (from the committed results), or why they are not here."
     import pandas as pd
 
-    read = lambda path: json.loads(book_path(path).read_text())  # noqa: E731
+    read = lambda path: json.loads(book_path(path).read_text(encoding="utf-8"))  # noqa: E731
     run, table3, parsing = (read("results/multi30k-de-en/summary.json"), read("results/table3/base.json"),
                             read("results/parsing.json"))
     seeds = [s["test2016"] for s in run.get("seeds", [])] or [run["test2016_sacrebleu"]]

@@ -122,8 +122,9 @@ def write_model_script(folder: str | Path, path: str | Path, about: dict) -> Pat
     "One script that sets `window.TranslateModel`: the model's files (base64), config, tokenizer and `about`."
     folder, path = Path(folder), Path(path)
     files = {name: base64.b64encode((folder / name).read_bytes()).decode() for name in (*WEB_GRAPHS, WEIGHTS_FILE)}
-    model = {"about": about, "config": json.loads((folder / "config.json").read_text()),
-             "tokenizer": json.loads((folder / "tokenizer.json").read_text()), "files": files}
+    model = {"about": about, "config": json.loads((folder / "config.json").read_text(encoding="utf-8")),
+             "tokenizer": json.loads((folder / "tokenizer.json").read_text(encoding="utf-8")),
+             "files": files}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(f"window.TranslateModel = {json.dumps(model, ensure_ascii=False)};\n", encoding="utf-8")
     return path
@@ -181,7 +182,7 @@ def translate_box(assets: str) -> str:
 # %% ../nbs/11c_in_the_browser.ipynb #28ca0f8b
 def describe_model(model_dir: Path, name: str, size: int, measured: dict | None, int8: bool = True) -> str:
     "The page's line about the model it runs, with its measured BLEU where `measured` is about these weights."
-    cfg = json.loads((model_dir / "config.json").read_text())
+    cfg = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
     line = (f"Model: {name} ({cfg['n_encoder_layers']}+{cfg['n_decoder_layers']} layers, d_model {cfg['d_model']}, "
             f"{cfg['tgt_vocab_size']:,} tokens), run as {'int8' if int8 else 'float32'} ONNX of {size / 1e6:.1f} MB.")
     if int8 and measured and measured["model_sha256"] == sha256(model_dir / "model.safetensors"):
