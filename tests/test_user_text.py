@@ -24,7 +24,7 @@ import torch
 from corpus import write_corpus
 from transformer import data
 from transformer.checkpoint import save_model_files
-from transformer.data import DataError, download_checked, encode_sentences, read_parallel, sha256, train_bpe
+from transformer.data import download_checked, read_parallel, sha256, train_bpe
 from transformer.model import Transformer, TransformerConfig
 from transformer.scoring import file_pairs
 from transformer.translation import load_translator, translate_text
@@ -120,7 +120,7 @@ def test_published_model_translates_nfd_as_nfc():
 def test_javascript_cleans_sentences_as_python(model_dir):
     """The page's tokenizer cleans a sentence before encoding it exactly as Python does: the same ids for NFD,
     BOMs and every character either language counts as white space at the ends."""
-    from transformer.data import read_tokenizer
+    from transformer.data import encode_sentences, read_tokenizer
 
     edges = ["\ufeff", " ", "\t", "\x1c", "\x1f", "\x85", "\u00a0", "\u2028", "\u3000", "\u200b", "\r\n"]
     texts = [unicodedata.normalize("NFD", PLAIN), *(f"{e}{PLAIN}{e}" for e in edges), "\ufeff \x85", "",

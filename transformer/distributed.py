@@ -7,7 +7,7 @@ Docs: https://transformer-book.github.io/transformer/data_parallel.html.md"""
 # %% auto #0
 __all__ = ['RUN_CLI', 'init_world', 'shard', 'data_parallel', 'gradient_sync', 'all_reduce_sum', 'broadcast_object',
            'gather_objects', 'leave_world', 'wait_for_all', 'barrier', 'rank_rng', 'my_rng', 'RankFailedError',
-           'without_nproc', 'launch', 'cause_first']
+           'without_nproc', 'left_behind', 'launch', 'cause_first']
 
 # %% ../nbs/04c_data_parallel.ipynb #e2460de3
 import inspect
@@ -16,6 +16,7 @@ import sys
 from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -26,6 +27,7 @@ from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 from torch.nn.parallel import DistributedDataParallel
 
+from .checkpoint import RunFolder
 from .hardware import World
 
 # %% ../nbs/04c_data_parallel.ipynb #dca76759
@@ -136,8 +138,8 @@ def my_rng(tensors: dict[str, Tensor], world: World) -> dict[str, Tensor] | None
     return {k.removeprefix(prefix): v for k, v in tensors.items() if k.startswith(prefix)} or None
 
 # %% ../nbs/04c_data_parallel.ipynb #e6627616
-class RankFailedError(RuntimeError):
-    "A process of a data-parallel run failed, and the launcher stopped the others."
+class RankFailedError(ChildProcessError):
+    "A process of a data-parallel run failed, and the launcher stopped the others (an `OSError`, said in one line)."
 
 
 RUN_CLI = ("-c", "import sys; from transformer.cli import main; sys.exit(main())")  # python RUN_CLI args = the command
@@ -156,7 +158,13 @@ def without_nproc(argv: Sequence[str]) -> list[str]:
     return out
 
 
-def launch(nproc: int, argv: Sequence[str]) -> None:
+def left_behind(out: str | Path) -> str:
+    "What a failed run leaves in its folder `out` to resume from, as the end of an error message."
+    last = RunFolder(out).latest()
+    return f"; the last checkpoint, {last}, is intact: add --resume to continue" if last else "; none was written yet"
+
+
+def launch(nproc: int, argv: Sequence[str], out: str | Path) -> None:
     "Run the command line with `argv` (less its --nproc) as `nproc` processes of this machine under torchrun's agent."
     if nproc < 2:
         raise ValueError(f"--nproc must be at least 2 to launch several processes, got {nproc}")
@@ -170,7 +178,8 @@ def launch(nproc: int, argv: Sequence[str]) -> None:
         rank, failure = min(e.failures.items(), key=lambda item: cause_first(item[1]))
         how = (f"was killed by {failure.signal_name()}" if failure.exitcode < 0
                else f"exited with code {failure.exitcode}")
-        raise RankFailedError(f"process {rank} of {nproc} {how}, so the others were stopped") from None
+        stopped = f"process {rank} of {nproc} {how}, so the others were stopped"
+        raise RankFailedError(stopped + left_behind(out)) from None
     except SignalException:  # Ctrl-C or a kill of the launcher: the agent has stopped the processes
         raise KeyboardInterrupt from None
 
