@@ -208,7 +208,7 @@ def cmd_translate(args: argparse.Namespace) -> None:
     model = dynamic_int8(model) if args.int8 else model
     for line in translate_text(model, tokenizer, sentences, decoding["beam"], decoding["alpha"], args.batch_size,
                                skip_too_long=True):
-        print(line)  # one line for each line read, empty where the sentence is
+        print(line)  # one line for each sentence read, empty for an empty or over-long one
     if long := long_sentences(encode_sentences(tokenizer, sentences), model.cfg.max_len):
         raise ValueError(f"{too_long_message(long, model.cfg.max_len)}: left empty, the others are translated")
 
