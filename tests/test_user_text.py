@@ -191,13 +191,12 @@ def trained(tmp_path_factory) -> Path:
 
 @pytest.mark.parametrize("change, words", [
     (["--seed", "1"], ["train.seed is 0 there, 1 here"]),
-    (["--precision", "bf16"], ["train.precision"]),
     (["--config", "{folder}/smooth.toml"], ["train.label_smoothing is 0.1 there, 0.0 here"]),
     (["--config", "{folder}/swapped.toml"], ["data.train_src", "data.train_tgt"]),
     (["--config", "{folder}/batch.toml"], ["train.max_tokens is 256 there, 512 here"]),
 ])
 def test_resume_with_other_settings_is_refused(trained, change, words):
-    """Resuming with another seed, precision, label smoothing, pair of files or batch size is refused in one
+    """Resuming with another seed, label smoothing, pair of files or batch size is refused in one
     line naming the settings, before the corpus is read; nothing of the run changes."""
     config = (trained / "tiny.toml").read_text()
     (trained / "smooth.toml").write_text(config.replace("[train]\n", "[train]\nlabel_smoothing = 0.0\n"))

@@ -111,7 +111,8 @@ def train_tokenized(run: RunConfig, out: Path, tokenizer: Tokenizer, train_text:
 
 # %% ../nbs/07b_translation_run.ipynb #6bf53464
 CONFIG_KEYS = ("kind", "task", "preset", "model", "train", "data")  # run.json's fields that hold the configuration
-RESUMABLE = ("max_steps", "max_minutes", "keep_last", "eval_every")  # [train] settings a resumed run may change
+RESUMABLE = ("max_steps", "max_minutes", "keep_last", "eval_every",  # [train] settings a resumed run may change
+             "precision")  # asked for in vain: a resumed run keeps the precision (and scaler) it trained in
 
 
 def recorded(out: str | Path) -> dict:
