@@ -135,7 +135,7 @@ def test_encode_pairs_adds_no_specials(tokenizer):
 @needs_data
 def test_vocabulary_is_built_on_training_sentences_only(monkeypatch, tmp_path):
     """The command line's training learns its BPE vocabulary from the training split, never val or test."""
-    from transformer import translation
+    from transformer import translation_run as translation
     from transformer.run import RunConfig
     seen = []
 

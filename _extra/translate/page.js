@@ -76,7 +76,7 @@
     async function translate() {
       const { translator, tokenizer } = await loadTranslator();
       const beam = box.querySelector(".translate-decoding:checked").value === "beam";
-      const ids = tokenizer.encode(input.value.trim());
+      const ids = tokenizer.encodeSentence(input.value);
       if (!ids.length) { say("Type a German sentence first.", "ready"); return; }
       if (ids.length + 1 > translator.config.max_len) {
         say(`That is ${ids.length} tokens; the model reads at most ${translator.config.max_len - 1}.`, "ready");

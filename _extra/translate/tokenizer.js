@@ -1,6 +1,7 @@
 // The book's tokenizer in JavaScript: byte-level BPE exactly as the Python `tokenizers` library runs the
 // tokenizer.json that transformer.data.train_bpe writes (no normalizer, GPT-2's word split, BPE merges by rank,
-// byte-level decoding). tests/test_web.py compares its ids and texts with Python's on Multi30k and odd characters.
+// byte-level decoding). tests/test_web.py compares its ids and texts with Python's on Multi30k and odd characters;
+// tests/test_user_text.py checks that a sentence is cleaned before encoding as transformer.data.clean_sentence does.
 (function (root) {
   "use strict";
 
@@ -22,6 +23,14 @@
   // Unicode's White_Space (which, unlike JavaScript's \s, holds U+0085 and not U+FEFF), so it is spelled out.
   const WORDS = new RegExp("'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\p{White_Space}\\p{L}\\p{N}]+" +
                            "|\\p{White_Space}+(?!\\P{White_Space})|\\p{White_Space}+", "gu");
+
+  // A sentence as every engine tokenizes it (transformer.data.clean_sentence): Unicode NFC, without white space or
+  // BOMs at its ends. Python's \s also holds U+001C–U+001F and U+0085 (JavaScript's holds U+FEFF): both are here.
+  const EDGE_SPACE = /^[\s\u001c-\u001f\u0085]+|[\s\u001c-\u001f\u0085]+$/gu;
+
+  function cleanSentence(text) {
+    return text.normalize("NFC").replace(EDGE_SPACE, "");
+  }
 
   class BpeTokenizer {
     // `spec`: the parsed tokenizer.json; anything but the settings train_bpe uses is refused, not guessed.
@@ -74,6 +83,11 @@
       return ids;
     }
 
+    // A sentence typed or read by a user → token ids, cleaned first as every engine cleans it.
+    encodeSentence(text) {
+      return this.encode(cleanSentence(text));
+    }
+
     // Token ids → text: special tokens skipped, characters mapped back to bytes, bytes read as UTF-8 with
     // U+FFFD for broken sequences (Rust's from_utf8_lossy and TextDecoder replace the same spans).
     decode(ids) {
@@ -94,5 +108,6 @@
   }
 
   root.BpeTokenizer = BpeTokenizer;
-  if (typeof module !== "undefined") module.exports = { BpeTokenizer };
+  root.cleanSentence = cleanSentence;
+  if (typeof module !== "undefined") module.exports = { BpeTokenizer, cleanSentence };
 })(typeof window !== "undefined" ? window : globalThis);
