@@ -118,7 +118,7 @@ RESUMABLE = ("max_steps", "max_minutes", "keep_last", "eval_every",  # [train] s
 def recorded(out: str | Path) -> dict:
     "What run.json in the run folder `out` records ({} when there is none)."
     path = RunFolder(out).record
-    return json.loads(path.read_text()) if path.is_file() else {}
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
 
 
 def recorded_config(out: str | Path) -> RunConfig:
