@@ -22,7 +22,7 @@ import torch.distributed as dist
 from . import __version__
 from .checkpoint import CheckpointError, RunFolder, save_average
 from .data import DataError, load_split
-from .decoder_only import generate  # and its model kind becomes loadable
+from .decoding import generate  # a decoder-only model's sampling
 from .decoding import check_sampling, dynamic_int8
 from .distributed import RankFailedError, World, launch, resolve_device
 from .report import write_report

@@ -4,8 +4,8 @@
 
 # %% auto #0
 __all__ = ['Constraint', 'Choose', 'output_limits', 'restrict_logits_', 'strip_specials', 'most_likely', 'decode_loop',
-           'greedy_decode', 'filter_logits', 'check_sampling', 'sampler', 'length_penalty', 'Hypothesis', 'beam_search',
-           'translate_ids', 'dynamic_int8']
+           'greedy_decode', 'filter_logits', 'check_sampling', 'sampler', 'generate', 'length_penalty', 'Hypothesis',
+           'beam_search', 'translate_ids', 'dynamic_int8']
 
 # %% ../nbs/05_decoding.ipynb #314c0981
 import warnings
@@ -131,6 +131,30 @@ def sampler(temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, seed: 
         probs = filter_logits(logits / temperature, top_k, top_p).softmax(-1)  # (n, V)
         return torch.multinomial(probs, 1, generator=generator).squeeze(1)
     return draw
+
+# %% ../nbs/05_decoding.ipynb #c1136a66
+@torch.inference_mode()
+def generate(model: SequenceModel, prompt: Sequence[int] = (), n: int = 1, max_new_tokens: int = 50,
+             greedy: bool = False, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, seed: int = 0,
+             source: Sequence[int] = (), use_cache: bool = True) -> list[list[int]]:
+    "A decoder-only model's `n` continuations (ids) of `prompt` after <s> (and `source` </s>); `seed` repeats them."
+    if model.cfg.kind != "decoder-only":
+        raise ValueError("generating needs a decoder-only model; this one is an encoder-decoder: translate with it")
+    check_sampling(temperature, top_k, top_p)
+    if n < 1 or max_new_tokens < 1:
+        raise ValueError(f"n and max_new_tokens must be at least 1, got {n} and {max_new_tokens}")
+    cfg, device = model.cfg, next(model.parameters()).device
+    src, ys = torch.tensor([[*source, cfg.eos_id]] * n), torch.tensor([[cfg.bos_id, *prompt]] * n)
+    context = src.size(1) + ys.size(1)
+    if context > cfg.max_len:
+        raise ValueError(f"the prompt needs {context} positions (with <s>, </s> and any source), but the model's "
+                         f"context holds {cfg.max_len}")
+    check_tokens(src, cfg.vocab_size), check_tokens(ys, cfg.vocab_size)  # on the host
+    steps = min(max_new_tokens, cfg.max_len - context + 1)  # the last token is never read back
+    choose = most_likely if greedy else sampler(temperature, top_k, top_p, seed, device)
+    out = decode_loop(model, src.to(device), ys.to(device), torch.full((n,), steps, device=device), choose, use_cache,
+                      end_at_limit=False)  # (n, 1 + len(prompt) + new tokens)
+    return [strip_specials(row, model) for row in out[:, ys.size(1):].tolist()]
 
 # %% ../nbs/05_decoding.ipynb #09ffa59e
 def length_penalty(length: Tensor | int, alpha: float) -> Tensor | float:
