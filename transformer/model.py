@@ -41,7 +41,7 @@ class TransformerConfig:
     pad_id: int = 0              # id of the padding token, hidden from attention (and later from the loss)
     bos_id: int = 1              # id of the token that starts every target sentence (the decoder's first input)
     eos_id: int = 2              # id of the token that ends every sentence; decoding stops when it appears
-    kind: ClassVar[str] = "encoder-decoder"  # the architecture; checkpoint.register_kind adds others
+    kind: ClassVar[str] = "encoder-decoder"  # the architecture; checkpoint.MODEL_KINDS lists them all
 
     def __post_init__(self):
         for name in ("src_vocab_size", "tgt_vocab_size", "d_model", "n_heads", "n_encoder_layers",
