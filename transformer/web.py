@@ -45,9 +45,7 @@ def tie_output_projection(step) -> None:
         return
     dequantize = consumers(step.graph, gather.output[0])[0]  # (table, scale, zero point) of the embedding
     table, scale, zero = gather.input[0], dequantize.input[1], dequantize.input[2]
-    vocab = inits[table].dims[0]
-    project = next(n for n in step.graph.node if n.op_type == "MatMulInteger" and n.input[1] in inits
-                   and inits[n.input[1]].dims[-1] == vocab)
+    project = next(n for n in step.graph.node if n.op_type == "MatMulInteger" and n.name.startswith("/generator/"))
     own = project.input[1].removesuffix("_quantized")
     step.graph.node.insert(0, onnx.helper.make_node("Transpose", [table], [f"{table}_transposed"], perm=[1, 0]))
     project.input[1], project.input[3] = f"{table}_transposed", zero
@@ -98,11 +96,12 @@ def export_web(model_dir: str | Path, out: str | Path, int8: bool = True) -> Pat
     model_dir, out = Path(model_dir), Path(out)
     model = load_model_dir(model_dir)
     with tempfile.TemporaryDirectory() as tmp:
-        logging.disable(logging.WARNING)  # onnxruntime's quantizer advises a preprocessing step on every call
+        before = logging.root.manager.disable  # the caller's level, restored after
+        logging.disable(max(before, logging.WARNING))  # onnxruntime's quantizer advises a preprocessing step each call
         try:
             export_onnx(model, Path(tmp), int8=int8)
         finally:
-            logging.disable(logging.NOTSET)
+            logging.disable(before)
         models = {name: onnx.load(str(Path(tmp) / name)) for name in WEB_GRAPHS}
         if int8 and model.cfg.tie_embeddings:
             tie_output_projection(models["decoder_step.onnx"])
