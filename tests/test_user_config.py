@@ -256,5 +256,5 @@ def test_ci_tests_the_package_on_macos_windows_and_the_newest_python():
 def test_the_portable_job_runs_the_package_tests_without_the_book():
     """No chromium, node, Multi30k download or book build: those test files are left out, the book is not built."""
     commands = " ".join(step.get("run", "") for step in portable_job()["steps"])
-    assert "python -m pytest" in commands and "scripts/test.sh" not in commands and "book" not in commands
+    assert "python -m pytest" in commands and not {"scripts/test.sh", "scripts/book.sh"} & set(commands.split())
     assert {f"--ignore=tests/{name}" for name in NOT_PORTABLE} <= set(commands.split())
