@@ -168,8 +168,8 @@ def test_the_report_of_a_decoder_only_model(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     code, _, err = run_cli(capsys, "train", "--config", "tiny.toml", "--out", "do", "--quiet")
     assert code == 0, err
-    code, out, err = run_cli(capsys, "evaluate", "--model", "do/checkpoints/step-0000004", "--src", "valid.de",
-                             "--ref", "valid.en", "--beam", "1", "--report", "report")
+    code, _, err = run_cli(capsys, "evaluate", "--model", "do/checkpoints/step-0000004", "--src", "valid.de",
+                           "--ref", "valid.en", "--beam", "1", "--report", "report")
     assert code == 0, err
     attention = json.loads((tmp_path / "report/attention.json").read_text())
     tokens = len(attention["source_tokens"]) + len(attention["target_tokens"])
