@@ -146,14 +146,24 @@ def test_a_fresh_process_knows_every_model_kind(tmp_path, use):
     assert done.returncode == 0, done.stderr
 
 
-# The package's layers, lowest first: a module imports only from its own layer and the ones below it.
-LAYERS = {"model": {"attention", "layers", "model", "decoder_only"}, "files": {"checkpoint"}}
+# The package's layers, lowest first: a module imports from its own layer and the ones below it, never from above.
+LAYERS = {
+    "model": {"attention", "layers", "model", "decoder_only", "complexity"},
+    "files": {"checkpoint", "data", "hub"},
+    "training": {"training", "hardware", "budget", "distributed", "trainer", "run"},
+    "inference": {"decoding", "translation", "scoring", "report", "export", "web", "parsing", "treebank", "copy_task"},
+    "application": {"cli", "viz"},
+}
 
 
-def test_the_decoder_only_model_imports_only_the_model_layer():
-    """It reached up into checkpoint (to register its kind) and into decoding (its `generate`)."""
-    assert import_graph()["decoder_only"] <= LAYERS["model"]
-    assert "decoder_only" in import_graph()["checkpoint"]  # the files layer lists every kind explicitly
+def test_no_module_imports_from_a_layer_above_its_own():
+    """decoder_only reached up into checkpoint (to register its kind) and into decoding (its `generate`)."""
+    level = {module: i for i, modules in enumerate(LAYERS.values()) for module in modules}
+    graph = import_graph()
+    assert not set(graph) - set(level) - {"_modidx"}, "place every module in a layer of LAYERS"
+    upward = sorted(f"{m} → {n}" for m, imported in graph.items() for n in imported if level[n] > level[m])
+    assert not upward, upward
+    assert "decoder_only" in graph["checkpoint"]  # the files layer lists every model kind explicitly
 
 
 def test_generate_lives_with_decoding():
