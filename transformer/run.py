@@ -81,7 +81,7 @@ class RunConfig:
         check_types({"preset": self.preset, "kind": self.kind, "task": self.task}, RunConfig)
         check_types({k: getattr(self, k) for k in DATA_KEYS}, RunConfig, "[data] ")
         if self.kind not in KINDS:
-            raise ValueError(f"kind must be 'encoder-decoder' or 'decoder-only', got {self.kind!r}")
+            raise ValueError(f"kind must be {' or '.join(map(repr, KINDS))}, got {self.kind!r}")
         if self.task not in TASKS:
             raise ValueError(f"task must be 'translation' or 'language-model', got {self.task!r}")
         if self.task == "language-model" and self.kind != "decoder-only":
