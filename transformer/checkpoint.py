@@ -91,7 +91,7 @@ MODEL_KINDS: dict[str, tuple[type, type]] = {  # kind → (configuration class, 
 
 
 def model_classes(kind: str) -> tuple[type, type]:
-    "The configuration and model classes of a registered model kind."
+    "The configuration and model classes of a model kind (a key of `MODEL_KINDS`)."
     if kind not in MODEL_KINDS:
         raise ValueError(f"unknown model kind {kind!r} (known: {', '.join(MODEL_KINDS)})")
     return MODEL_KINDS[kind]
