@@ -23,7 +23,8 @@ import torch
 
 from transformer.checkpoint import RunFolder
 from transformer.data import load_split
-from transformer.decoder_only import continuation_nll, distinct_ngrams, generate
+from transformer.decoder_only import continuation_nll, distinct_ngrams
+from transformer.decoding import generate
 from transformer.distributed import RUN_CLI
 from transformer.model import count_parameters
 from transformer.hardware import machine_description

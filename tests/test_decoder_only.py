@@ -11,8 +11,8 @@ from torch.testing import assert_close
 from transformer.attention import subsequent_mask
 from transformer.checkpoint import average_checkpoints, load_model_dir, save_model_files
 from transformer.cli import main
-from transformer.decoder_only import DecoderOnly, DecoderOnlyConfig, generate
-from transformer.decoding import translate_ids
+from transformer.decoder_only import DecoderOnly, DecoderOnlyConfig
+from transformer.decoding import generate, translate_ids
 from transformer.run import RunConfig
 
 from conftest import PAD, VOCAB, make_model

@@ -78,7 +78,15 @@ def class_lines(path: Path, name: str) -> int:
     return node.end_lineno - node.lineno + 1
 
 
+def code_lines(path: Path) -> int:
+    "Lines of the module at `path` after its docstring (nbdev writes the notebook's title and summary there)."
+    text = path.read_text()
+    first = ast.parse(text).body[0]
+    is_docstring = isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
+    return len(text.splitlines()) - (first.end_lineno if is_docstring else 0)
+
+
 def test_modules_stay_small():
-    sizes = {p.name: len(p.read_text().splitlines()) for p in PACKAGE.glob("*.py") if p.name != "_modidx.py"}
+    sizes = {p.name: code_lines(p) for p in PACKAGE.glob("*.py") if p.name != "_modidx.py"}
     assert len(sizes) > 20 and not {name: n for name, n in sizes.items() if n > MAX_MODULE_LINES}
     assert 100 < class_lines(PACKAGE / "trainer.py", "Trainer") <= MAX_TRAINER_LINES

@@ -6,9 +6,9 @@ Docs: https://transformer-book.github.io/transformer/checkpoints.html.md"""
 
 # %% auto #0
 __all__ = ['MODEL_KINDS', 'TRAINING_STATE_KEYS', 'CheckpointError', 'clear_leftovers', 'write_atomically', 'replace_file',
-           'write_json', 'write_csv', 'save_model_files', 'register_kind', 'model_classes', 'read_config',
-           'load_weights', 'load_model_dir', 'optimizer_tensors', 'load_optimizer', 'rng_tensors', 'set_rng',
-           'TrainState', 'save_training_checkpoint', 'read_training_checkpoint', 'RunFolder', 'average_checkpoints']
+           'write_json', 'write_csv', 'save_model_files', 'model_classes', 'read_config', 'load_weights',
+           'load_model_dir', 'optimizer_tensors', 'load_optimizer', 'rng_tensors', 'set_rng', 'TrainState',
+           'save_training_checkpoint', 'read_training_checkpoint', 'RunFolder', 'average_checkpoints']
 
 # %% ../nbs/04b_checkpoints.ipynb #5c695a66
 import csv
@@ -24,6 +24,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, load_model, save_file, save_model
 from torch import Tensor
 
+from .decoder_only import DecoderOnly, DecoderOnlyConfig
 from .model import Transformer, TransformerConfig
 
 
@@ -96,22 +97,16 @@ def save_model_files(model: Transformer, folder: Path) -> None:
     (Path(folder) / "config.json").write_text(json.dumps(model.cfg.to_dict(), indent=2), encoding="utf-8")
 
 
-MODEL_KINDS: dict[str, tuple[type, type]] = {}  # kind → (configuration class, model class)
-
-
-def register_kind(config_class: type, model_class: type) -> None:
-    "Let checkpoints of `config_class.kind` be read: each model's module registers its own kind when imported."
-    MODEL_KINDS[config_class.kind] = (config_class, model_class)
-
-
-register_kind(TransformerConfig, Transformer)
+MODEL_KINDS: dict[str, tuple[type, type]] = {  # kind → (configuration class, model class): every model we read
+    config_class.kind: (config_class, model_class)
+    for config_class, model_class in ((TransformerConfig, Transformer), (DecoderOnlyConfig, DecoderOnly))
+}
 
 
 def model_classes(kind: str) -> tuple[type, type]:
-    "The configuration and model classes of a registered model kind."
+    "The configuration and model classes of a model kind (a key of `MODEL_KINDS`)."
     if kind not in MODEL_KINDS:
-        raise ValueError(f"unknown model kind {kind!r} (known: {', '.join(MODEL_KINDS)}; "
-                         "a model's module registers its kind when it is imported)")
+        raise ValueError(f"unknown model kind {kind!r} (known: {', '.join(MODEL_KINDS)})")
     return MODEL_KINDS[kind]
 
 

@@ -22,7 +22,7 @@ import torch.distributed as dist
 from . import __version__
 from .checkpoint import CheckpointError, RunFolder
 from .data import DataError, encode_sentences, read_text_lines, text_lines
-from .decoder_only import generate  # and its model kind becomes loadable
+from .decoding import generate  # a decoder-only model's sampling
 from .decoding import check_sampling, dynamic_int8
 from .hardware import World, resolve_device
 from .report import write_report

@@ -64,7 +64,7 @@ def attention_maps(model: Transformer, tokenizer: Tokenizer, source: str, beam_s
     out_ids = translate_ids(model, [src_ids], beam_size=beam_size)[0]
     batch = make_batch([(src_ids, out_ids)], model.cfg)
     with torch.no_grad(), record_attention(model) as maps:
-        model(batch.src, batch.tgt_in)
+        model.step(batch.tgt_in, model.start(batch.src))  # any kind of model: the methods decoding calls
     specials = {model.cfg.pad_id, model.cfg.bos_id, model.cfg.eos_id}
     def pieces(ids: list[int]) -> list[str]:
         return [tokenizer.id_to_token(i) if i in specials else tokenizer.decode([i]) for i in ids]
