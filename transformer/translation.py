@@ -1,4 +1,4 @@
-"""Training a translation model from a run configuration, and translating and scoring text with it.
+"""Translating text with a trained model (a folder or a published name), and scoring it with sacreBLEU.
 
 Docs: https://transformer-book.github.io/transformer/translation.html.md"""
 
