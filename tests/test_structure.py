@@ -69,7 +69,7 @@ def test_the_package_has_no_import_cycle():
     assert find_cycle(graph) is None, " → ".join(find_cycle(graph))
 
 
-MAX_MODULE_LINES, MAX_TRAINER_LINES = 300, 150  # small modules one reads in a sitting; a loop that fits a screen or two
+MAX_MODULE_LINES, MAX_TRAINER_LINES = 300, 160  # read in a sitting; a loop of a screen or two, not packed to fit
 
 
 def class_lines(path: Path, name: str) -> int:
@@ -90,3 +90,27 @@ def test_modules_stay_small():
     sizes = {p.name: code_lines(p) for p in PACKAGE.glob("*.py") if p.name != "_modidx.py"}
     assert len(sizes) > 20 and not {name: n for name, n in sizes.items() if n > MAX_MODULE_LINES}
     assert 100 < class_lines(PACKAGE / "trainer.py", "Trainer") <= MAX_TRAINER_LINES
+
+
+MAX_LINE = 118  # a module reads without packing: the book's 120-character column, less a margin
+
+
+def long_lines(path: Path) -> list[int]:
+    "Numbers of the lines over `MAX_LINE` characters in the module at `path`, but nbdev's generated `__all__`."
+    text = path.read_text(encoding="utf-8")
+    generated = {n for node in ast.parse(text).body if isinstance(node, ast.Assign)
+                 and any(getattr(target, "id", None) == "__all__" for target in node.targets)
+                 for n in range(node.lineno, node.end_lineno + 1)}
+    return [i for i, line in enumerate(text.splitlines(), 1) if len(line) > MAX_LINE and i not in generated]
+
+
+def test_no_packed_lines():
+    "No line a person wrote is over 118 characters (nbdev's index `_modidx.py` and `__all__` lists are generated)."
+    found = {p.name: lines for p in sorted(PACKAGE.glob("*.py")) if p.name != "_modidx.py" and (lines := long_lines(p))}
+    assert not found, f"lines over {MAX_LINE} characters (module: line numbers): {found}"
+
+
+def test_the_long_line_finder(tmp_path):
+    module = tmp_path / "m.py"
+    module.write_text("__all__ = ['" + "a" * 130 + "']\nx = '" + "b" * 120 + "'\ny = 1\n", encoding="utf-8")
+    assert long_lines(module) == [2]

@@ -86,7 +86,7 @@ EXPLICIT_MAX_KEYS = {torch.bfloat16: 256}
 
 def fast_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,
                    dropout_p: float = 0.0) -> Tensor:
-    "The same function as `explicit_attention` by the faster path here: PyTorch's fused kernel or the written-out one."
+    "`explicit_attention` by the faster path here: PyTorch's fused kernel or the written-out one."
     if q.device.type == "cpu":
         one_query = q.size(-2) == 1 and dropout_p == 0.0  # step-by-step decoding: kernel set-up outweighs the work
         short_bf16 = k.size(-2) <= EXPLICIT_MAX_KEYS.get(q.dtype, 0) and cpu_has_bf16_matmul()

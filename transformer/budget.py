@@ -20,7 +20,7 @@ from .training import TrainConfig
 # %% ../nbs/04d_budget.ipynb #f992dcf8
 @dataclass(frozen=True)
 class Budget:
-    "What ends a run: `max_steps` optimizer steps or `max_minutes` of training time (0: no limit), whichever is first."
+    "What ends a run: `max_steps` optimizer steps or `max_minutes` of training (0: no limit), whichever comes first."
 
     max_steps: int
     max_minutes: float = 0.0
@@ -31,7 +31,7 @@ class Budget:
         return cls(cfg.max_steps, cfg.max_minutes)
 
     def used(self, steps: int, seconds: float) -> float:
-        "The fraction spent after `steps` steps and `seconds` of training: the larger of the two fractions, at most 1."
+        "The fraction spent after `steps` steps and `seconds` of training: the larger of the two, at most 1."
         spent = steps / self.max_steps
         if self.max_minutes:
             spent = max(spent, seconds / (60 * self.max_minutes))
@@ -98,7 +98,8 @@ class Progress:
             seconds = 60 * row["train_minutes"]
             scores = " · ".join(f"{k} {row[k]:.3f}" for k in ("train_loss", "valid_loss", "valid_bleu") if k in row)
             print(f"{100 * self.budget.used(row['step'], seconds):3.0f}% "
-                  f"{self.status(row['step'], seconds, row['tokens_per_s'])} · {scores}", file=self.stream, flush=True)
+                  f"{self.status(row['step'], seconds, row['tokens_per_s'])} · {scores}",
+                  file=self.stream, flush=True)
 
     def close(self) -> None:
         if self.bar is not None:

@@ -56,8 +56,9 @@ def add_decoding_args(p: argparse.ArgumentParser, tuning: bool = False) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     "The `transformer` command and its subcommands."
-    parser = argparse.ArgumentParser(prog="transformer", description="Train, average, evaluate and use Transformer "
-                                     "translation models (Vaswani et al., 2017) on Multi30k or your own parallel text.")
+    parser = argparse.ArgumentParser(
+        prog="transformer", description="Train, average, evaluate and use Transformer translation models "
+        "(Vaswani et al., 2017) on Multi30k or your own parallel text.")
     parser.add_argument("--version", action="version", version=f"transformer {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -71,7 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--precision", choices=PRECISIONS,
                    help="auto: bf16, else fp16 with a gradient scaler, where the device computes it natively and a "
                         "probe finds it faster, else fp32 (default: the config's setting, else auto)")
-    p.add_argument("--bf16", choices=["auto", "on", "off"], help="the older form of --precision: on = bf16, off = fp32")
+    p.add_argument("--bf16", choices=["auto", "on", "off"],
+                   help="the older form of --precision: on = bf16, off = fp32")
     p.add_argument("--keep-last", type=int, help="checkpoints to keep")
     p.add_argument("--seed", type=int, help="initialisation, batch order and dropout (default: the config's, else 0)")
     p.add_argument("--max-steps", type=int, help="optimizer steps")
@@ -99,7 +101,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_decoding_args(p)
     p.add_argument("--split", nargs="+", choices=["val", *TEST_SPLITS],
                    help="Multi30k splits: val or test sets; the report details the first")
-    p.add_argument("--skip-missing", action="store_true", help="score the splits whose files are here; name the others")
+    p.add_argument("--skip-missing", action="store_true",
+                   help="score the splits whose files are here; name the others")
     p.add_argument("--data-dir", help="folder with the Multi30k .gz files")
     p.add_argument("--src", help="source sentences, one per line (with --ref instead of --split)")
     p.add_argument("--ref", help="reference translations, one per line")
@@ -219,8 +222,8 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
     check_decoding_args(args)
     named = evaluation_files(args.split, args.src, args.ref)
     decoding = decoding_settings(args.model, args.beam, args.alpha)
-    results, missing = evaluate_splits(args.model, decoding, args.split or (), named, args.data_dir, args.skip_missing,
-                                       args.batch_size, resolve_device(args.device))
+    results, missing = evaluate_splits(args.model, decoding, args.split or (), named, args.data_dir,
+                                       args.skip_missing, args.batch_size, resolve_device(args.device))
     for split, reason in missing.items():
         print(f"{split}: skipped, {reason}", file=sys.stderr)
     for split, r in results.items():  # shown before anything is written: a refused folder loses no score

@@ -66,9 +66,10 @@ class Recurrent(nn.Module):
         return self.lstm(x)[0]
 
     def unrolled(self, x: Tensor) -> Tensor:
-        "The same output, one time step after another in Python: the n sequential steps, made visible (and countable)."
+        "The same output, one time step after another in Python: the n sequential steps, visible and countable."
         lstm = self.lstm
-        gates_x = F.linear(x, lstm.weight_ih_l0, lstm.bias_ih_l0 + lstm.bias_hh_l0)  # (B, n, 4d): all positions at once
+        # (B, n, 4d): the input's part of the gates, for all positions at once
+        gates_x = F.linear(x, lstm.weight_ih_l0, lstm.bias_ih_l0 + lstm.bias_hh_l0)
         h = c = x.new_zeros(x.size(0), lstm.hidden_size)
         out = []
         for t in range(x.size(1)):  # step t needs step t − 1: this loop cannot run in parallel

@@ -1,4 +1,4 @@
-"""Multi30k's files (downloaded once and checked), parallel text read with clear errors, and the shared BPE vocabulary.
+"""Multi30k's files (downloaded once, checked), user text read with clear errors, and the shared BPE vocabulary.
 
 Docs: https://transformer-book.github.io/transformer/data.html.md"""
 

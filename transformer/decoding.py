@@ -186,7 +186,8 @@ def beam_search(model: SequenceModel, src: Tensor, beam_size: int = 4, alpha: fl
     context = model.start(src)  # e.g. the memory (B, S, d): the hypotheses of a sentence share it (see `attend`)
     cache = model.new_cache()
     tokens = torch.full((B, 1), cfg.bos_id, dtype=torch.long, device=src.device)  # one hypothesis per sentence…
-    scores = torch.zeros(B, 1, device=src.device)  # (n, k): log-probabilities of the live hypotheses (k = K after t=0)
+    # (n, k): log-probabilities of the live hypotheses (k = K after t=0)
+    scores = torch.zeros(B, 1, device=src.device)
     alive = torch.arange(B, device=src.device)     # sentence index of each group of k rows
     finished: list[list[Hypothesis]] = [[] for _ in range(B)]
     for t in range(int(limits.max())):

@@ -126,7 +126,7 @@ def barrier(world: World) -> None:
 
 
 def rank_rng(states: list[dict[str, Tensor]]) -> dict[str, Tensor]:
-    "Every rank's generator states as one flat dict for a checkpoint: rank 0's keys as they are, rank r's 'rankR.key'."
+    "Every rank's generator states in one flat dict: rank 0's keys as they are, rank r's as `rankR.key`."
     return {(k if r == 0 else f"rank{r}.{k}"): v for r, state in enumerate(states) for k, v in state.items()}
 
 
@@ -142,7 +142,8 @@ class RankFailedError(ChildProcessError):
     "A process of a data-parallel run failed, and the launcher stopped the others (an `OSError`, said in one line)."
 
 
-RUN_CLI = ("-c", "import sys; from transformer.cli import main; sys.exit(main())")  # python RUN_CLI args = the command
+# `python *RUN_CLI *args` runs the `transformer` command
+RUN_CLI = ("-c", "import sys; from transformer.cli import main; sys.exit(main())")
 
 
 def without_nproc(argv: Sequence[str]) -> list[str]:
@@ -185,7 +186,7 @@ def launch(nproc: int, argv: Sequence[str], out: str | Path) -> None:
 
 
 def cause_first(failure: Any) -> tuple[int, float]:
-    "Sort key of a failed process: killed by a signal (not the agent's SIGTERM) first, then a user error, then others."
+    "Sort key of a failed process: killed by a signal (not the agent's SIGTERM), then a user error, then others."
     if failure.exitcode < 0 and failure.signal_name() != "SIGTERM":
         return 0, failure.timestamp
     return (1 if failure.exitcode == 2 else 2), failure.timestamp

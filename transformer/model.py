@@ -224,7 +224,7 @@ class Transformer(nn.Module):
         start = 0 if cache is None else len(cache)
         if tgt_mask is None and cache is None:
             tgt_mask = padding_mask(tgt, self.cfg.pad_id) & subsequent_mask(tgt.size(1), tgt.device)
-        elif tgt_mask is None and tgt.size(1) > 1:  # new tokens see the cached positions and new ones up to themselves
+        elif tgt_mask is None and tgt.size(1) > 1:  # new tokens see the cached positions and new ones up to theirs
             T = tgt.size(1)
             tgt_mask = torch.ones(T, start + T, dtype=torch.bool, device=tgt.device).tril(start)[None, None]
         # (one new token may attend to every cached position: no mask, which lets attention take its fastest kernel)

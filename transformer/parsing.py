@@ -149,7 +149,7 @@ PAPER_DECODING = dict(beam_size=21, alpha=0.3, max_extra=300)  # §6.3: beam 21,
 
 def parse(model: Transformer, words: Vocab, labels: Vocab, sentences: Sequence[Sequence[str]], beam_size: int = 4,
           alpha: float = 0.6, max_extra: int = 300, constrained: bool = True) -> list[Tree]:
-    "Parse sentences (lists of words): decode under the `TreeConstraint` (or freely, then `repair`), fill in the words."
+    "Parse sentences (lists of words): decode under `TreeConstraint` (or freely, then `repair`), fill in the words."
     # a model whose target vocabulary extends past the labels writes the words themselves as leaves
     if not all(sentences):
         raise ValueError("every sentence to parse needs at least one word")

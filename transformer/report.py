@@ -86,7 +86,8 @@ def compare_variants(model_dir: Path, model: Transformer, tokenizer: Tokenizer, 
     if averaged and run and (checkpoint := run.latest()):  # what averaging adds over the last one
         last, _ = load_translator(checkpoint)
         variants.append({"model": f"last checkpoint ({checkpoint.name})", "beam": beam, "alpha": alpha,
-                         "bleu": round(bleu(translate_text(last, tokenizer, sources, beam, alpha), references)[0], 2)})
+                         "bleu": round(bleu(translate_text(last, tokenizer, sources, beam, alpha),
+                                            references)[0], 2)})
     return variants
 
 # %% ../nbs/07d_report.ipynb #8fd47d97
@@ -109,9 +110,10 @@ def write_report(model_dir: Path, report_dir: Path, results: dict[str, dict], de
     summary = {f"{main}_sacrebleu": first["bleu"], "sacrebleu": {split: r["bleu"] for split, r in results.items()},
                "sacrebleu_signature": first["signature"], "beam_size": beam, "alpha": alpha,
                "decoding": decoding["origin"], "averaged_checkpoints": [Path(p).name for p in averaged],
-               "seed": run.get("train", {}).get("seed"), "train_minutes": round(state.get("train_seconds", 0) / 60, 1),
+               "seed": run.get("train", {}).get("seed"),
+               "train_minutes": round(state.get("train_seconds", 0) / 60, 1),
                "train_steps": state.get("step"),
-               "epochs": metrics[-1]["epoch"] if metrics else state.get("epoch"),  # fractional where it ends mid-epoch
+               "epochs": metrics[-1]["epoch"] if metrics else state.get("epoch"),  # fractional: it may end mid-epoch
                "tokens_per_s": round(state.get("tokens_seen", 0) / max(state.get("train_seconds", 0), 1e-9)),
                "precision": precision_of(run["precision"]) if "precision" in run else None,
                "parameters": sum(p.numel() for p in model.parameters()),
@@ -218,7 +220,8 @@ def recipe_row(folder: str | Path) -> dict:
     return {"recipe": folder.name, "dropout": run["model"].get("dropout", 0.1),
             "ε_ls": run["train"]["label_smoothing"], "cooldown": run["train"].get("cooldown", 0.0),
             "precision": precision_of(run.get("precision", {})),
-            "tokens/s": summary["tokens_per_s"], "steps": summary["train_steps"], "epochs": round(summary["epochs"], 1),
+            "tokens/s": summary["tokens_per_s"], "steps": summary["train_steps"],
+            "epochs": round(summary["epochs"], 1),
             "best valid loss": curve["best_valid_loss"], "at epoch": round(curve["best_epoch"]),
             "last valid loss": curve["last_valid_loss"], "late slope": curve["last_third_slope_per_epoch"],
             "valid BLEU (greedy, last)": round(metrics[-1]["valid_bleu"], 2),

@@ -62,7 +62,7 @@ def check_tables(d: dict) -> None:
 
 @dataclass(frozen=True)
 class RunConfig:
-    "What a training run needs beyond the data: model kind, preset and overrides, training and data settings; checked."
+    "What a training run needs beyond the data: model kind, preset, overrides, training and data settings; checked."
 
     preset: str = "small"                             # a key of the kind's presets (transformer.model.PRESETS)
     model: dict = field(default_factory=dict)         # fields of the kind's configuration to override

@@ -41,7 +41,7 @@ class NonFiniteLossError(FloatingPointError):
 
 
 def probe_step(model: SequenceModel, batch: Batch, smoothing: float, precision: str) -> None:
-    "Forward and backward of `batch` in `precision`, for `choose_precision` to time; weights and RNGs stay as they are."
+    "Forward and backward of `batch` in `precision`, for `choose_precision` to time; weights and RNGs stay unchanged."
     rng = rng_tensors()
     with autocast(batch.src.device, precision):
         loss, _ = model.batch_loss(batch, label_smoothing(smoothing))
@@ -50,7 +50,8 @@ def probe_step(model: SequenceModel, batch: Batch, smoothing: float, precision: 
     set_rng(rng)
 
 
-def auto_precision(model: SequenceModel, pairs: Sequence, smoothing: float, device: torch.device, world: World) -> dict:
+def auto_precision(model: SequenceModel, pairs: Sequence, smoothing: float, device: torch.device,
+                   world: World) -> dict:
     "The 'auto' decision: rank 0 times a step on `pairs` in each precision the device has natively; all ranks follow."
     decision = None
     if world.is_main:
@@ -66,9 +67,10 @@ def resumed_precision(record: dict) -> dict:
     return started | {"precision": precision_of(started)}
 
 
-def optimizer_step(model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: torch.optim.lr_scheduler.LRScheduler,
-                   scaler: torch.amp.GradScaler, cfg: TrainConfig, used: float) -> None:
-    "Clip (if set), let the scaler apply the update, advance the schedule, with the cooldown at budget fraction `used`."
+def optimizer_step(model: nn.Module, optimizer: torch.optim.Optimizer,
+                   scheduler: torch.optim.lr_scheduler.LRScheduler, scaler: torch.amp.GradScaler, cfg: TrainConfig,
+                   used: float) -> None:
+    "Clip (if set), let the scaler apply the update, advance the schedule (cooled down at budget fraction `used`)."
     if cfg.clip_grad_norm:
         scaler.unscale_(optimizer)  # fp16: clip the true gradient, not the scaled one
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip_grad_norm)
@@ -85,15 +87,15 @@ def optimizer_step(model: nn.Module, optimizer: torch.optim.Optimizer, scheduler
 
 
 def restore_rng(tensors: dict[str, Tensor], world: World, record: dict, seed: int) -> None:
-    "Set this rank's generators from a checkpoint's (`record` its trainer.json); a rank it did not have is seeded anew."
+    "Set this rank's generators from a checkpoint's (`record`: its trainer.json); a new rank is seeded anew."
     mine = my_rng(tensors, world)
     if mine is None:  # the same batches, fresh dropout draws
         torch.manual_seed(seed * 1_000_003 + world.rank + record["step"])
     else:
         set_rng(mine)
     if record.get("world_size", 1) != world.size and world.is_main:
-        print(f"resuming a run of {record.get('world_size', 1)} process(es) with {world.size}: every step still covers "
-              "the same sentences; only dropout draws differ from an uninterrupted run", file=sys.stderr)
+        print(f"resuming a run of {record.get('world_size', 1)} process(es) with {world.size}: every step still "
+              "covers the same sentences; only dropout draws differ from an uninterrupted run", file=sys.stderr)
 
 # %% ../nbs/04d_trainer.ipynb #0d737d7d
 class Trainer:
@@ -147,7 +149,7 @@ class Trainer:
         "One optimizer step: gradients of this rank's share of the micro-batches, per target token of all of them."
         self.start()
         started, s, budget = time.perf_counter() if started is None else started, self.state, Budget.of(self.cfg)
-        n_tokens = sum(self.sampler.lengths[i][1] for idx in micro for i in idx)  # target tokens of the step, all ranks
+        n_tokens = sum(self.sampler.lengths[i][1] for idx in micro for i in idx)  # the step's target tokens
         total = torch.zeros((), device=self.device)
         for k, idx in enumerate(micro):
             mine = shard(idx, self.world)
@@ -234,7 +236,8 @@ class Trainer:
         "Restore weights, optimizer, schedule, RNGs, position and precision from `path` (default: the latest)."
         path = Path(path) if path is not None else self.latest_checkpoint()
         if path is None or not path.is_dir():
-            where = f"none in {RunFolder(self.out_dir).checkpoints}" if self.out_dir else "this trainer has no out_dir"
+            where = (f"none in {RunFolder(self.out_dir).checkpoints}" if self.out_dir
+                     else "this trainer has no out_dir")
             raise CheckpointError(f"no checkpoint to resume from ({where})")
         record, optimizer_state, rng = read_training_checkpoint(path, self.model.cfg)  # all of it, before any change
         load_weights(self.model, path)

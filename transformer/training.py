@@ -174,7 +174,7 @@ BF16_SETTINGS = {True: "bf16", False: "fp32", "auto": "auto"}  # the older `bf16
 
 
 def precision_from_bf16(bf16: bool | str, precision: str | None = None) -> str:
-    "The precision that the older `bf16` setting (true, false or 'auto') stands for; `precision`, if given, must agree."
+    "The precision the older `bf16` setting (true, false or 'auto') stands for; `precision`, if given, must agree."
     if not (isinstance(bf16, bool) or bf16 == "auto"):
         raise ValueError(f'bf16 must be true, false or "auto", got {bf16!r}')
     if precision is not None and precision != BF16_SETTINGS[bf16]:
@@ -219,7 +219,7 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, d: dict) -> "TrainConfig":
-        "A config from a dict, rejecting unknown keys by name; the older `bf16` key (true, false, 'auto') still works."
+        "A config from a dict, refusing unknown keys by name; the older `bf16` key (true, false, 'auto') still works."
         d = dict(d)
         if "bf16" in d:  # configs and checkpoints from before fp16 was a choice
             d["precision"] = precision_from_bf16(d.pop("bf16"), d.get("precision"))

@@ -60,7 +60,8 @@ def train_run(run: RunConfig, out: str | Path, data_dir: str | Path | None = Non
             replace_file(tokenizer_path, lambda tmp: tokenizer.save(str(tmp)))
         barrier(world)  # the other processes read the tokenizer rank 0 wrote
         tokenizer = read_tokenizer(tokenizer_path)
-        metrics = train_tokenized(run, out, tokenizer, train_text, valid_text, counts, resume, progress, device, world)
+        metrics = train_tokenized(run, out, tokenizer, train_text, valid_text, counts, resume, progress, device,
+                                  world)
         finished = True
         return metrics
     finally:
@@ -68,7 +69,8 @@ def train_run(run: RunConfig, out: str | Path, data_dir: str | Path | None = Non
 
 
 def train_tokenized(run: RunConfig, out: Path, tokenizer: Tokenizer, train_text: list, valid_text: list,
-                    counts: dict, resume: bool, progress: bool | str, device: torch.device, world: World) -> list[dict]:
+                    counts: dict, resume: bool, progress: bool | str, device: torch.device,
+                    world: World) -> list[dict]:
     "The rest of `train_run`, on every process: encode, build the model and the `Trainer`, and train."
     cfg = run.model_config(tokenizer.get_vocab_size())
     check_tokenizer(tokenizer, cfg)

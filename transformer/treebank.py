@@ -151,7 +151,7 @@ EQUIVALENT = {"PRT": "ADVP"}                 # … and counts these labels as on
 
 
 def brackets(tree: Tree, gold_tags: Sequence[str]) -> Counter:
-    "The labelled spans (label, start, end) of a tree's constituents, counting only the words that are not punctuation."
+    "The labelled spans (label, start, end) of a tree's constituents, counting only words that are not punctuation."
     kept_before = [0]  # kept_before[i]: words before position i that count
     for tag in gold_tags:
         kept_before.append(kept_before[-1] + (tag not in PUNCTUATION))
@@ -174,7 +174,7 @@ def brackets(tree: Tree, gold_tags: Sequence[str]) -> Counter:
 
 
 def evalb(gold: Sequence[Tree], test: Sequence[Tree]) -> dict[str, float]:
-    "Labelled bracket precision, recall and F1 (in %) of `test` against `gold`, sentence by sentence, as EVALB counts."
+    "Labelled bracket precision, recall and F1 (in %) of `test` against `gold`, sentence by sentence, as EVALB does."
     if len(gold) != len(test):
         raise ValueError(f"{len(gold)} gold trees but {len(test)} test trees")
     matched = n_gold = n_test = 0

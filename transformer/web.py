@@ -187,8 +187,8 @@ def describe_model(model_dir: Path, name: str, size: int, measured: dict | None,
     line = (f"Model: {name} ({cfg['n_encoder_layers']}+{cfg['n_decoder_layers']} layers, d_model {cfg['d_model']}, "
             f"{cfg['tgt_vocab_size']:,} tokens), run as {'int8' if int8 else 'float32'} ONNX of {size / 1e6:.1f} MB.")
     if int8 and measured and measured["model_sha256"] == sha256(model_dir / "model.safetensors"):
-        scores = [f"{name.replace('beam4', 'beam 4')} {d['page_int8']:.2f} here, {d['float32']:.2f} in float32 PyTorch"
-                  for name, d in measured["decoding"].items()]
+        scores = [f"{name.replace('beam4', 'beam 4')} {d['page_int8']:.2f} here, "
+                  f"{d['float32']:.2f} in float32 PyTorch" for name, d in measured["decoding"].items()]
         line += f" Validation BLEU ({measured['sentences']:,} sentences of {measured['split']}): {'; '.join(scores)}."
     else:
         line += " Its BLEU was not measured (results/web-model.json is about another model)."
@@ -209,7 +209,7 @@ def write_model_assets(model_dir: str | Path, folder: str | Path, name: str, mea
 # %% ../nbs/11c_in_the_browser.ipynb #81ce6448
 def train_small_model(pairs: list[tuple[str, str]], out: str | Path, steps: int = 300, vocab_size: int = 1000,
                       seed: int = 0) -> Path:
-    "A model folder of the `tiny` preset trained in seconds on sentence `pairs`: for a page built without a real model."
+    "A `tiny` model folder trained in seconds on sentence `pairs`, for a page built without a real model."
     import torch
 
     from .trainer import TrainConfig, Trainer  # only here: the page's cells need none of the training machinery
@@ -219,7 +219,8 @@ def train_small_model(pairs: list[tuple[str, str]], out: str | Path, steps: int 
     torch.manual_seed(seed)
     cfg = TransformerConfig.preset("tiny", src_vocab_size=size, tgt_vocab_size=size, dropout=0.0)
     ids = [p for p in encode_pairs(tokenizer, pairs) if max(map(len, p)) < cfg.max_len]
-    train = TrainConfig(max_tokens=2048, max_steps=steps, warmup=100, label_smoothing=0.1, eval_every=10**9, seed=seed)
+    train = TrainConfig(max_tokens=2048, max_steps=steps, warmup=100, label_smoothing=0.1, eval_every=10**9,
+                        seed=seed)
     trainer = Trainer(Transformer(cfg), train, ids, progress=False)
     trainer.fit()
     out.mkdir(parents=True, exist_ok=True)
