@@ -271,3 +271,17 @@ def test_the_portable_job_runs_the_package_tests_without_the_book():
     commands = " ".join(step.get("run", "") for step in portable_job()["steps"])
     assert "python -m pytest" in commands and not {"scripts/test.sh", "scripts/book.sh"} & set(commands.split())
     assert {f"--ignore=tests/{name}" for name in NOT_PORTABLE} <= set(commands.split())
+
+
+@pytest.mark.parametrize("kind", ["encoder-decoder", "decoder-only"])
+def test_a_quoted_boolean_in_a_model_folder_is_refused(kind, tmp_path):
+    """A hand-edited config.json with "norm_first": "false" was read as true (a non-empty string): a pre-LN model."""
+    from transformer.checkpoint import CheckpointError, load_model_dir, model_classes, save_model_files
+
+    config_class, model_class = model_classes(kind)
+    size = {"vocab_size": 13} if kind == "decoder-only" else {"src_vocab_size": 13, "tgt_vocab_size": 13}
+    save_model_files(model_class(config_class.preset("tiny", **size)), tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text(encoding="utf-8"))
+    (tmp_path / "config.json").write_text(json.dumps(config | {"norm_first": "false"}), encoding="utf-8")
+    with pytest.raises(CheckpointError, match=r"norm_first must be true or false, got 'false'"):
+        load_model_dir(tmp_path)

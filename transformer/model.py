@@ -58,6 +58,9 @@ class TransformerConfig:
         check_dropout(self.attention_dropout, "attention_dropout")
         if self.positional not in ("sinusoidal", "learned"):
             raise ValueError(f"positional must be 'sinusoidal' or 'learned', got {self.positional!r}")
+        for name in ("norm_first", "tie_embeddings"):  # a quoted "false" in a config.json is not False
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
         if self.tie_embeddings and self.src_vocab_size != self.tgt_vocab_size:
             raise ValueError(f"tie_embeddings needs one shared vocabulary, got src_vocab_size={self.src_vocab_size}"
                              f" and tgt_vocab_size={self.tgt_vocab_size}")
