@@ -293,3 +293,24 @@ def test_a_silent_server_is_given_up(tmp_path):
         silent.close()
     one_line_error(done, "could not download", "timed out")
     assert not list(tmp_path.rglob("*.part-*"))
+
+
+def test_generate_cleans_its_prompt_as_translate_cleans_sentences(tmp_path, capsys):
+    """`generate --prompt` in NFD (as macOS writes it), with a BOM and spaces, continues as the plain NFC prompt does
+    (it tokenized the raw text before: other ids, another continuation)."""
+    from transformer.cli import main
+    from transformer.decoder_only import DecoderOnly, DecoderOnlyConfig
+
+    text = ["Ein kleines Mädchen läuft über die Straße.", "Zwei Hunde spielen im Schnee."] * 20
+    tokenizer = train_bpe(text, 300)
+    torch.manual_seed(0)
+    model = DecoderOnly(DecoderOnlyConfig.preset("tiny", vocab_size=tokenizer.get_vocab_size(),
+                                                 task="language-model"))
+    save_model_files(model.eval(), tmp_path)
+    tokenizer.save(str(tmp_path / "tokenizer.json"))
+    prompt = "Ein kleines Mädchen läuft"
+    outputs = []
+    for given in (prompt, "\ufeff  " + unicodedata.normalize("NFD", prompt) + " "):
+        assert main(["generate", "--model", str(tmp_path), "--prompt", given, "--greedy", "--max-new-tokens", "5"]) == 0
+        outputs.append(capsys.readouterr().out)
+    assert outputs[0] == outputs[1] and outputs[0].startswith(prompt)

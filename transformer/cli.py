@@ -21,7 +21,7 @@ import torch.distributed as dist
 
 from . import __version__
 from .checkpoint import CheckpointError, RunFolder
-from .data import DataError, encode_sentences, read_text_lines, text_lines
+from .data import DataError, clean_sentence, encode_sentences, read_text_lines, text_lines
 from .decoding import generate  # a decoder-only model's sampling
 from .decoding import check_sampling, dynamic_int8
 from .hardware import World, resolve_device
@@ -256,8 +256,8 @@ def cmd_average(args: argparse.Namespace) -> None:
 def cmd_generate(args: argparse.Namespace) -> None:
     check_sampling(args.temperature, args.top_k, args.top_p)
     model, tokenizer = load_translator(args.model, resolve_device(args.device), purpose="generate")
-    prompt = tokenizer.encode(args.prompt).ids
-    source = tokenizer.encode(args.source).ids if args.source else ()
+    prompt = tokenizer.encode(clean_sentence(args.prompt)).ids  # cleaned as every sentence a user types
+    source = tokenizer.encode(clean_sentence(args.source)).ids if args.source else ()
     for ids in generate(model, prompt, args.samples, args.max_new_tokens, args.greedy, args.temperature,
                         args.top_k, args.top_p, args.seed, source):
         print(tokenizer.decode([*prompt, *ids]))
