@@ -24,7 +24,7 @@ def test_code_fits_the_page(path):
 
 @pytest.mark.parametrize("path", NBS, ids=[p.stem for p in NBS])
 def test_plumbing_is_hidden(path):
-    """The Colab install cell is removed from the page (chapter 00 shows it once, to explain it) and the cells that
+    """The Colab install cell is removed from the page (chapter 00 keeps it collapsed, to explain it) and the cells that
     set nbdev's module are collapsed; both still run in Colab and in nbdev-test."""
     for cell in code_cells(path):
         source, tags = "".join(cell["source"]), cell["metadata"].get("tags", [])

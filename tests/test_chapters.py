@@ -98,14 +98,18 @@ def run_chapter(chapter: Path, site: Path, folder: Path) -> tuple[int, str]:
 
 
 @pytest.fixture(scope="module")
-def chapter_runs(installed, tmp_path_factory) -> dict[str, tuple[int, str]]:
-    """Every chapter run outside the repository, two at a time (one thread each)."""
+def chapter_runs(installed, tmp_path_factory, request) -> dict[str, tuple[int, str]]:
+    """Every selected chapter (all of them, or those that `-k` picks) run outside the repository, two at a time (one
+    thread each)."""
+    selected = {item.callspec.params["chapter"] for item in request.session.items
+                if item.originalname == "test_chapter_runs_from_its_notebook_alone"}
+    chapters = [c for c in CHAPTERS if c.stem in selected]
     fetch_data()
     tmp = tmp_path_factory.mktemp("chapters")
     assert not tmp.resolve().is_relative_to(ROOT)
     with ThreadPoolExecutor(2) as pool:
-        runs = pool.map(lambda c: run_chapter(c, installed, tmp / c.stem), CHAPTERS)
-        return {c.stem: r for c, r in zip(CHAPTERS, runs)}
+        runs = pool.map(lambda c: run_chapter(c, installed, tmp / c.stem), chapters)
+        return {c.stem: r for c, r in zip(chapters, runs)}
 
 
 @pytest.mark.parametrize("chapter", [c.stem for c in CHAPTERS])

@@ -69,7 +69,7 @@ def pad_sequences(seqs: Sequence[Sequence[int]], pad_id: int) -> Tensor:
         out[i, : len(s)] = torch.as_tensor(s, dtype=torch.long)
     return out
 
-# %% ../nbs/01_attention.ipynb #e52b02e0
+# %% ../nbs/01_attention.ipynb #0f96c33c
 @functools.cache
 def cpu_has_bf16_matmul() -> bool:
     "Whether PyTorch's CPU matrix products can use bf16 instructions here (AVX512-BF16 or AMX, not emulated)."
@@ -78,6 +78,7 @@ def cpu_has_bf16_matmul() -> bool:
     return hardware and torch.ops.mkldnn._is_mkldnn_bf16_supported()  # False where oneDNN is held below AVX-512
 
 
+# %% ../nbs/01_attention.ipynb #e52b02e0
 # on CPUs, the longest keys for which written-out attention beats the fused kernel, forward and backward together:
 # in bf16 with bf16 instructions, where the fused kernel runs slower than in float32 (float32: no clear winner);
 # benchmarks/attention_paths.py measures the crossover, the *Benchmarks* appendix shows it
