@@ -151,8 +151,8 @@ def headline_results() -> "pandas.DataFrame":
              f" validation perplexity {table3['valid_ppl']:.2f}, test2016 BLEU {table3['test2016_bleu_beam4']:.1f}"),
             ("§6.3 Table 4", "WSJ section 23 F1 (WSJ only / semi-supervised)", "91.3 / 92.7",
              f"{parsing['test']['paper']['f1']:.1f} with §6.3's decoding on the {parsing['sentences']['test']} test "
-             f"sentences of NLTK's Penn Treebank sample ({parsing['sentences']['train']:,} training trees; the paper: "
-             f"40,000); best baseline {max(b['f1'] for b in parsing['baselines'].values()):.1f}")]
+             f"sentences of NLTK's Penn Treebank sample ({parsing['sentences']['train']:,} training trees; "
+             f"the paper: 40,000); best baseline {max(b['f1'] for b in parsing['baselines'].values()):.1f}")]
     return pd.DataFrame(rows, columns=["paper", "result", "the paper's number", "this book"])
 
 # %% ../nbs/12_making_the_book.ipynb #cf576b32
