@@ -193,11 +193,11 @@ def results_table(frame: "pandas.DataFrame", columns: dict[str, str] | None = No
 
 # %% ../nbs/00_introduction.ipynb #5d6068f5
 def verdict(answer, expected, what: str = "your answer", atol: float = 1e-5, rtol: float = 1e-4) -> str:
-    """An exercise's answer judged against the expected value: "right: ...", "not yet: ..." saying what differs (never
-    the expected value itself), or "not done yet: ..." while the answer is the stub's None (or raises
-    NotImplementedError). `answer` may be a function of no arguments, called here. Tensors and lists of numbers are
-    compared entry by entry within `atol` + `rtol`·|expected| (booleans exactly), numbers likewise, anything else by
-    `==`."""
+    """An exercise's answer judged against the expected value: "right: ...", "not yet: ..." saying what differs
+    (never the expected value itself), or "not done yet: ..." while the answer is the stub's None (or raises
+    NotImplementedError). `answer` may be a function of no arguments, called here. Tensors and lists of numbers
+    (or of tensors) are compared entry by entry within `atol` + `rtol`·|expected| (booleans exactly), numbers
+    likewise, anything else by `==`."""
     import math
     import numbers
 
@@ -211,11 +211,22 @@ def verdict(answer, expected, what: str = "your answer", atol: float = 1e-5, rto
     if answer is None or answer is Ellipsis or isinstance(answer, (list, tuple)) and None in answer:
         return f"not done yet: {what} (fill in the cell above, then run this one again)"
     numeric_list = isinstance(expected, (list, tuple)) and all(
-        isinstance(x, (numbers.Number, list, tuple)) for x in expected)
-    if isinstance(expected, torch.Tensor) or numeric_list:
-        expected = torch.as_tensor(expected)
+        isinstance(x, (numbers.Number, list, tuple, torch.Tensor)) for x in expected)
+
+    def tensor(x):  # lists of Python floats in float64, not torch's default float32; lists of tensors stacked
+        if isinstance(x, (list, tuple)) and x and all(isinstance(y, torch.Tensor) for y in x):
+            x = torch.stack([y.detach().cpu() for y in x])
+        t = torch.as_tensor(x)
+        return torch.as_tensor(x, dtype=torch.float64) if t.is_floating_point() and t is not x else t
+
+    if numeric_list:
         try:
-            answer = torch.as_tensor(answer).detach().cpu()
+            expected = tensor(expected)
+        except (TypeError, ValueError, RuntimeError):
+            pass  # ragged lists (of token ids, say) are compared with ==
+    if isinstance(expected, torch.Tensor):
+        try:
+            answer = tensor(answer).detach().cpu()
         except (TypeError, ValueError, RuntimeError):
             return f"not yet: {what} should be numbers shaped {tuple(expected.shape)}, got {type(answer).__name__}"
         if answer.shape != expected.shape:
