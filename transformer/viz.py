@@ -7,7 +7,7 @@ Docs: https://transformer-book.github.io/transformer/making_the_book.html.md"""
 # %% auto #0
 __all__ = ['BOOK_FILES_ENV', 'BOOK_QUICK_ENV', 'NOISE_FACTOR', 'NOT_ATTEMPTED', 'book_renderer', 'enable_book_charts',
            'write_vega_bundle', 'book_roots', 'book_path', 'book_quick', 'spread', 'beyond_noise', 'compare',
-           'headline_results', 'results_table']
+           'headline_results', 'results_table', 'verdict', 'check']
 
 # %% ../nbs/12_making_the_book.ipynb #6bd6e0ad
 import importlib.util
@@ -190,3 +190,71 @@ def results_table(frame: "pandas.DataFrame", columns: dict[str, str] | None = No
             .set_properties(subset=numeric, **{"text-align": "right"})
             .set_table_styles({c: [{"selector": "th", "props": "text-align: right"}] for c in numeric},
                               overwrite=False))
+
+# %% ../nbs/12_making_the_book.ipynb #5d6068f5
+def verdict(answer, expected, what: str = "your answer", atol: float = 1e-5, rtol: float = 1e-4) -> str:
+    """An exercise's answer judged against the expected value: "right: ...", "not yet: ..." saying what differs
+    (never the expected value itself), or "not done yet: ..." while the answer is the stub's None (or raises
+    NotImplementedError). `answer` may be a function of no arguments, called here. Tensors and lists of numbers
+    (or of tensors) are compared entry by entry within `atol` + `rtol`·|expected| (booleans exactly), numbers
+    likewise, anything else by `==`."""
+    import math
+    import numbers
+
+    import torch
+
+    if callable(answer) and not isinstance(answer, torch.nn.Module):
+        try:
+            answer = answer()
+        except NotImplementedError:
+            answer = None
+    if answer is None or answer is Ellipsis or isinstance(answer, (list, tuple)) and None in answer:
+        return f"not done yet: {what} (fill in the cell above, then run this one again)"
+    numeric_list = isinstance(expected, (list, tuple)) and all(
+        isinstance(x, (numbers.Number, list, tuple, torch.Tensor)) for x in expected)
+
+    def tensor(x):  # lists of Python floats in float64, not torch's default float32; lists of tensors stacked
+        if isinstance(x, (list, tuple)) and x and all(isinstance(y, torch.Tensor) for y in x):
+            x = torch.stack([y.detach().cpu() for y in x])
+        t = torch.as_tensor(x)
+        return torch.as_tensor(x, dtype=torch.float64) if t.is_floating_point() and t is not x else t
+
+    if numeric_list:
+        try:
+            expected = tensor(expected)
+        except (TypeError, ValueError, RuntimeError):
+            pass  # ragged lists (of token ids, say) are compared with ==
+    if isinstance(expected, torch.Tensor):
+        try:
+            answer = tensor(answer).detach().cpu()
+        except (TypeError, ValueError, RuntimeError):
+            return f"not yet: {what} should be numbers shaped {tuple(expected.shape)}, got {type(answer).__name__}"
+        if answer.shape != expected.shape:
+            return f"not yet: {what} has shape {tuple(answer.shape)}, expected {tuple(expected.shape)}"
+        if expected.dtype == torch.bool and answer.dtype != torch.bool:
+            return f"not yet: {what} should hold booleans (True or False), got {answer.dtype}"
+        if expected.dtype == torch.bool:
+            wrong = answer != expected
+        else:
+            a, e = answer.double(), expected.double()
+            wrong = ~torch.isclose(a, e, rtol=rtol, atol=atol, equal_nan=True)
+        if wrong.any():
+            first = tuple(wrong.nonzero()[0].tolist())
+            by = "" if expected.dtype == torch.bool else f", the largest by {(a - e)[wrong].abs().max().item():.3g}"
+            return f"not yet: {what} differs in {int(wrong.sum())} of {wrong.numel()} entries (first at {first}{by})"
+    elif isinstance(expected, numbers.Number) and not isinstance(expected, bool):
+        if not isinstance(answer, numbers.Number):
+            try:
+                answer = float(answer)
+            except (TypeError, ValueError):
+                return f"not yet: {what} should be a number, got {type(answer).__name__}"
+        if not math.isclose(answer, expected, rel_tol=rtol, abs_tol=atol):
+            return f"not yet: {what} is {answer:.6g}, which is too {'large' if answer > expected else 'small'}"
+    elif answer != expected:
+        return f"not yet: {what} is {answer!r}"
+    return f"right: {what}"
+
+
+def check(answer, expected, what: str = "your answer", atol: float = 1e-5, rtol: float = 1e-4) -> None:
+    "Print the one-line `verdict` on an exercise's answer: right, not yet (and what differs), or not done yet."
+    print(verdict(answer, expected, what, atol, rtol))
