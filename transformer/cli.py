@@ -34,7 +34,7 @@ from .model import PRESETS
 from .model_folder import save_average
 from .training import PRECISIONS, precision_from_bf16
 from .run import LANGUAGES, RunConfig, load_run_config
-from .translation import load_translator, long_sentences, too_long_message, translate_text
+from .translation import load_translator, long_sentences, too_long_message, translate_encoded
 
 # %% ../nbs/08_cli.ipynb #089e21c6
 DEVICE_HELP = "auto (CUDA if present, else CPU), cpu, cuda or cuda:N"
@@ -211,10 +211,10 @@ def cmd_translate(args: argparse.Namespace) -> None:
         raise ValueError(f"--int8 decodes on the CPU only, not on {device}: leave out --device or give cpu")
     model, tokenizer = load_translator(args.model, device)
     model = dynamic_int8(model) if args.int8 else model
-    for line in translate_text(model, tokenizer, sentences, decoding["beam"], decoding["alpha"], args.batch_size,
-                               skip_too_long=True):
+    ids = encode_sentences(tokenizer, sentences)  # tokenized once: translated, and checked for length
+    for line in translate_encoded(model, tokenizer, ids, decoding["beam"], decoding["alpha"], args.batch_size):
         print(line)  # one line for each sentence read, empty for an empty or over-long one
-    if long := long_sentences(encode_sentences(tokenizer, sentences), model.cfg.max_len):
+    if long := long_sentences(ids, model.cfg.max_len):
         raise ValueError(f"{too_long_message(long, model.cfg.max_len)}: left empty, the others are translated")
 
 
