@@ -10,7 +10,7 @@ from torch.testing import assert_close
 
 from conftest import BOS, PAD, make_model, padded_tokens, randomize_vectors
 from transformer.attention import padding_mask
-from transformer.decoding import beam_search, greedy_decode, length_penalty, output_limits, translate_ids
+from transformer.decoding import beam_search, beam_steps, greedy_decode, length_penalty, output_limits, translate_ids
 from transformer.model import KVCache, Transformer, TransformerConfig
 from transformer.model_folder import save_average
 from transformer.checkpoint import (CheckpointError, average_checkpoints, load_model_dir, save_model_files,
@@ -223,6 +223,34 @@ def test_wide_beam_finds_the_exhaustive_optimum(alpha):
             narrow_misses += narrow[b][0].tokens != tokens
     # Otherwise greedy decoding, or a narrow beam, would pass this test too.
     assert not_greedy > 0 and narrow_misses > 0
+
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.6])
+def test_beam_steps_retrace_the_search(model, alpha):
+    """Every row of `beam_steps` extends a live prefix of the step before; the hypotheses that end are the ones
+    beam search finished, each scored as the model scores it, and the best of them is what beam search returns."""
+    src = sources([3, 5, 7], 30, seed=9)
+    for b in range(src.size(0)):
+        s = unpadded(src, b)
+        rows = beam_steps(model, s, beam_size=3, alpha=alpha, max_extra=6)
+        live = {(0, ())} | {(r["step"], tuple(r["tokens"])) for r in rows if not r["ended"]}
+        assert all((r["step"] - 1, tuple(r["tokens"][:-1])) in live for r in rows)
+        assert all(sum(1 for r in rows if r["step"] == t and not r["ended"]) <= 3 for t in range(1, rows[-1]["step"]))
+        ended = [r for r in rows if r["ended"]]
+        assert ended and all(r["tokens"][-1] == EOS and len(r["tokens"]) == r["step"] for r in ended)
+        for r in ended:
+            assert_close(r["logprob"], sequence_logprob(model, s, [r["tokens"][:-1]]).item(), atol=1e-4, rtol=0)
+            assert_close(r["score"], r["logprob"] / gnmt_penalty(len(r["tokens"]), alpha), **TOL)
+        found = beam_search(model, s, beam_size=3, alpha=alpha, max_extra=6, n_best=100)[0]
+        assert sorted(r["tokens"][:-1] for r in ended) == sorted(h.tokens for h in found)
+        assert max(ended, key=lambda r: r["score"])["tokens"][:-1] == found[0].tokens
+
+
+def test_beam_steps_follow_one_sentence(short_model):
+    """A batch of two sentences is refused, naming the shape."""
+    with pytest.raises(ValueError, match=r"one sentence: src must have shape \(1, S\), got \(2, 3\)"):
+        beam_steps(short_model, torch.tensor([[5, 6, EOS], [7, 8, EOS]]))
 
 
 # --- batching ------------------------------------------------------------------------------------------------------
