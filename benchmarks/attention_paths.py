@@ -8,11 +8,12 @@ key lengths in `EXPLICIT_MAX_KEYS`; this script measures where the crossover lie
 """
 
 import argparse
+import statistics
 
 import torch
 import torch.nn.functional as F
 
-from common import write_result
+from common import repeated, write_result
 from transformer.attention import EXPLICIT_MAX_KEYS, cpu_has_bf16_matmul, explicit_attention, subsequent_mask
 from transformer.hardware import best_seconds
 
@@ -28,34 +29,43 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lengths", type=int, nargs="+", default=[8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384])
     parser.add_argument("--tokens", type=int, default=2048, help="batch size × length")
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=5, help="calls per point in a round; the best counts")
+    parser.add_argument("--rounds", type=int, default=3, help="sweeps; each time is the median of its rounds")
     args = parser.parse_args()
     paths = {"fused": lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m),
              "explicit": lambda q, k, v, m: explicit_attention(q, k, v, m)[0]}
-    rows = []
+    if args.rounds < 3:
+        parser.error("--rounds must be at least 3: the ratios need a median and a spread")
+    times = {}  # (dtype, keys) → {"fused": [ms per round], "explicit": [...]}
     torch.manual_seed(0)
-    for name, dtype in DTYPES.items():
-        for T in args.lengths:
-            B = max(1, args.tokens // T)
-            q, k, v = (torch.randn(B, 4, T, 64, dtype=dtype, requires_grad=True) for _ in range(3))
-            grad, mask = torch.randn(B, 4, T, 64, dtype=dtype), subsequent_mask(T)  # the decoder's causal mask
-            t = best_seconds({p: lambda f=f: forward_backward(f, q, k, v, mask, grad) for p, f in paths.items()},
-                             repeats=args.repeats)
-            rows.append({"dtype": name, "keys": T, "batch": B, "fused_ms": round(t["fused"] * 1e3, 3),
-                         "explicit_ms": round(t["explicit"] * 1e3, 3),
-                         "explicit_speedup": round(t["fused"] / t["explicit"], 2),
-                         "explicit_chosen": T <= EXPLICIT_MAX_KEYS.get(dtype, 0) and cpu_has_bf16_matmul()})
-            chosen = "  ← explicit chosen" if rows[-1]["explicit_chosen"] else ""
-            print(f"{name:8} T={T:4} B={B:4}: fused {t['fused'] * 1e3:7.2f} ms, explicit {t['explicit'] * 1e3:7.2f} ms "
-                  f"({rows[-1]['explicit_speedup']:.2f}×){chosen}")
-    # the decision's gain where it applies: fused time over chosen-path time, summed over the chosen lengths
+    for _ in range(args.rounds):  # whole sweeps, so that a slow moment of the machine touches one round only
+        for name, dtype in DTYPES.items():
+            for T in args.lengths:
+                B = max(1, args.tokens // T)
+                q, k, v = (torch.randn(B, 4, T, 64, dtype=dtype, requires_grad=True) for _ in range(3))
+                grad, mask = torch.randn(B, 4, T, 64, dtype=dtype), subsequent_mask(T)  # the decoder's causal mask
+                t = best_seconds({p: lambda f=f: forward_backward(f, q, k, v, mask, grad) for p, f in paths.items()},
+                                 repeats=args.repeats)
+                for path_name, seconds in t.items():
+                    times.setdefault((name, T), {}).setdefault(path_name, []).append(seconds * 1e3)
+    rows = []
+    for (name, T), ms in times.items():
+        fused, explicit = statistics.median(ms["fused"]), statistics.median(ms["explicit"])
+        rows.append({"dtype": name, "keys": T, "batch": max(1, args.tokens // T), "fused_ms": round(fused, 3),
+                     "explicit_ms": round(explicit, 3), "explicit_speedup": round(fused / explicit, 2),
+                     "explicit_chosen": T <= EXPLICIT_MAX_KEYS.get(DTYPES[name], 0) and cpu_has_bf16_matmul()})
+        chosen = "  ← explicit chosen" if rows[-1]["explicit_chosen"] else ""
+        print(f"{name:8} T={T:4}: fused {fused:7.2f} ms, explicit {explicit:7.2f} ms (medians of {args.rounds} rounds, "
+              f"{rows[-1]['explicit_speedup']:.2f}×){chosen}")
+    # the decision's gain where it applies: fused time over chosen-path time, summed over the chosen lengths, per round
     ratios = {}
     for name in DTYPES:
-        chosen = [r for r in rows if r["dtype"] == name and r["explicit_chosen"]]
+        chosen = [(name, r["keys"]) for r in rows if r["dtype"] == name and r["explicit_chosen"]]
         if chosen:
-            ratios[f"attention_{name}_explicit_vs_fused"] = round(
-                sum(r["fused_ms"] for r in chosen) / sum(r["explicit_ms"] for r in chosen), 2)
-    print("ratios:", ratios)
+            ratios[f"attention_{name}_explicit_vs_fused"] = repeated(
+                [sum(times[c]["fused"][i] for c in chosen) / sum(times[c]["explicit"][i] for c in chosen)
+                 for i in range(args.rounds)], digits=2)
+    print("ratios (median, spread):", {k: (r["median"], r["spread"]) for k, r in ratios.items()})
     path = write_result("attention_paths", {"heads": 4, "d_k": 64, "tokens": args.tokens,
                                             "cpu_has_bf16_matmul": cpu_has_bf16_matmul(),
                                             "explicit_max_keys": {str(k)[6:]: v for k, v in EXPLICIT_MAX_KEYS.items()},

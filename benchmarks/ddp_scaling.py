@@ -1,10 +1,10 @@
 """Data-parallel scaling on this machine: training tokens/s of `transformer train` with 1 process (all cores) and
 with N processes (cores shared out), the same model, batches and steps. Writes benchmarks/results/ddp_scaling-*.json.
 
-    python benchmarks/ddp_scaling.py [--steps 60] [--nproc 2] [--repeats 2]
+    python benchmarks/ddp_scaling.py [--steps 60] [--nproc 2] [--repeats 3]
 
-The two setups alternate `--repeats` times and the best run of each counts, so that a slow moment of the machine
-does not decide the ratio.
+The two setups alternate `--repeats` times; each pair gives a ratio, and the median pair's ratio is kept with the
+spread of all, so that a slow moment of the machine does not decide it.
 """
 
 import argparse
@@ -15,7 +15,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from common import write_result
+from common import repeated, write_result
 
 from transformer.data import load_split
 from transformer.distributed import RUN_CLI
@@ -39,8 +39,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--nproc", type=int, default=2)
-    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
+    if args.repeats < 3:
+        parser.error("--repeats must be at least 3: the ratio needs a median and a spread")
     cores = os.cpu_count() or 1
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
@@ -51,11 +53,14 @@ def main() -> None:
                  for _ in range(args.repeats) for n in (1, args.nproc)]
     for r in every:
         print(f"{r['processes']} process(es) × {r['threads_per_process']} thread(s): {r['tokens_per_s']:,} tokens/s")
-    runs = [max((r for r in every if r["processes"] == n), key=lambda r: r["tokens_per_s"]) for n in (1, args.nproc)]
-    ratio = runs[1]["tokens_per_s"] / runs[0]["tokens_per_s"]
-    print(f"best of {args.repeats}: {args.nproc} processes / 1 process: {ratio:.2f}×")
-    path = write_result("ddp_scaling", {"preset": "small", "max_tokens": 4096, "cores": cores, "runs": runs, "every_run": every,
-                                        "ratios": {f"processes_{args.nproc}_vs_1_tokens_per_s": round(ratio, 3)}})
+    pairs = list(zip(every[::2], every[1::2]))  # (1 process, nproc processes), as they alternated
+    ratio = repeated([many["tokens_per_s"] / one["tokens_per_s"] for one, many in pairs])
+    runs = list(sorted(pairs, key=lambda p: p[1]["tokens_per_s"] / p[0]["tokens_per_s"])[(len(pairs) - 1) // 2])
+    print(f"{args.nproc} processes / 1 process: median {ratio['median']:.2f}× (spread {ratio['spread']:.2f}, "
+          f"{args.repeats} pairs)")
+    path = write_result("ddp_scaling", {"preset": "small", "max_tokens": 4096, "cores": cores, "runs": runs,
+                                        "every_run": every,
+                                        "ratios": {f"processes_{args.nproc}_vs_1_tokens_per_s": ratio}})
     print(f"wrote {path}")
 
 

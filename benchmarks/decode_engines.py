@@ -4,7 +4,8 @@ CTranslate2 in float32 and int8 on the same exported weights; beam 4 and greedy,
 Unlike decode_throughput.py (random weights, every output forced to one length), this decodes the real model as a
 user would: each engine stops where its search ends, so the outputs and their lengths are counted. The same
 batches (sources sorted by length, `--batch-size` at a time) go to every decoder, interleaved batch by batch. The
-load averages before and after are recorded, since other work on the machine slows every decoder. It also scores
+load averages before and after are recorded, since other work on the machine slows every decoder. The sources are
+decoded `--rounds` times (3 by default); each ratio is the median of its rounds, with its spread. It also scores
 each decoder on Multi30k's validation split (sacreBLEU), so that int8's cost in quality is measured with its speed.
 
     OMP_NUM_THREADS=2 python benchmarks/decode_engines.py [--model FOLDER_OR_NAME]
@@ -12,13 +13,14 @@ each decoder on Multi30k's validation split (sacreBLEU), so that int8's cost in 
 
 import argparse
 import os
+import statistics
 import tempfile
 import time
 from pathlib import Path
 
 import torch
 
-from common import write_result
+from common import repeated, write_result
 from transformer.data import load_split
 from transformer.decoding import beam_search, dynamic_int8, greedy_decode
 from transformer.export import ct2_vocabulary, export_ctranslate2, optional, vocabulary
@@ -84,7 +86,10 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--beam", type=int, default=4, help="beam size (default 4, as in §6.1)")
     parser.add_argument("--alpha", type=float, default=0.6, help="length penalty of beam search (default 0.6, §6.1)")
+    parser.add_argument("--rounds", type=int, default=3, help="timed passes over the sources; ratios: median, spread")
     args = parser.parse_args()
+    if args.rounds < 3:
+        parser.error("--rounds must be at least 3: the ratios need a median and a spread")
     load_before = os.getloadavg()
     folder = model_folder(args.model)
     model, tokenizer = load_translator(folder)
@@ -105,12 +110,16 @@ def main() -> None:
         _, batches = batches_of(test, args.batch_size)  # every decoder's outputs in this same order
         for run in decoders.values():  # warm-up: first calls allocate
             run(batches[0])
-        seconds, outputs = dict.fromkeys(decoders, 0.0), {name: [] for name in decoders}
-        for b in batches:  # interleaved, batch by batch
-            for name, run in decoders.items():
-                start = time.perf_counter()
-                outputs[name] += run(b)
-                seconds[name] += time.perf_counter() - start
+        per_round = []
+        for _ in range(args.rounds):
+            seconds, outputs = dict.fromkeys(decoders, 0.0), {name: [] for name in decoders}
+            for b in batches:  # interleaved, batch by batch
+                for name, run in decoders.items():
+                    start = time.perf_counter()
+                    outputs[name] += run(b)
+                    seconds[name] += time.perf_counter() - start
+            per_round.append(seconds)
+        seconds = {name: statistics.median(r[name] for r in per_round) for name in decoders}
         val_order, val_batches = batches_of(val_ids, args.batch_size)
         references = [t for _, t in val]
         val_bleu = {name: round(bleu(tokenizer.decode_batch(unsort(val_order, decode_all(run, val_batches))),
@@ -124,20 +133,21 @@ def main() -> None:
                      "same_as_ours_float32": round(sum(a == b for a, b in zip(outputs[name], reference)) / n, 3),
                      "val_bleu": val_bleu[name]})
     b = f"beam {args.beam}"
+    def ratio(slow: str, fast: str) -> dict:
+        return repeated([r[slow] / r[fast] for r in per_round], digits=2)
+
     ratios = {}  # > 1: ours is faster
     for key, label in ((f"beam{args.beam}", b), ("greedy", "greedy")):
         for kind in ("float32", "int8"):
-            ratios[f"{key}_vs_ctranslate2_{kind}"] = round(
-                seconds[f"CTranslate2 {kind}, {label}"] / seconds[f"ours float32, {label}"], 2)
-            ratios[f"{key}_int8_vs_ctranslate2_{kind}"] = round(
-                seconds[f"CTranslate2 {kind}, {label}"] / seconds[f"ours int8, {label}"], 2)
-        ratios[f"{key}_int8_vs_float32"] = round(seconds[f"ours float32, {label}"] / seconds[f"ours int8, {label}"], 2)
+            ratios[f"{key}_vs_ctranslate2_{kind}"] = ratio(f"CTranslate2 {kind}, {label}", f"ours float32, {label}")
+            ratios[f"{key}_int8_vs_ctranslate2_{kind}"] = ratio(f"CTranslate2 {kind}, {label}", f"ours int8, {label}")
+        ratios[f"{key}_int8_vs_float32"] = ratio(f"ours float32, {label}", f"ours int8, {label}")
     print(f"{n} test2016 sources in batches of {args.batch_size}, {threads} threads; model {folder}; "
           f"beam search alpha {alpha}")
     for r in rows:
         print(f"{r['decoder']:32}{r['sentences_per_s']:>8.1f} sentences/s{r['tokens_per_s']:>10,.1f} tokens/s"
               f"   same as ours float32: {r['same_as_ours_float32']:.1%}   val BLEU {r['val_bleu']:.2f}")
-    print("ratios (> 1: ours is faster):", ratios)
+    print("ratios (> 1: ours is faster; median, spread):", {k: (r["median"], r["spread"]) for k, r in ratios.items()})
     load = {"before": [round(x, 2) for x in load_before], "after": [round(x, 2) for x in os.getloadavg()]}
     print("load averages (1, 5, 15 min) before and after:", load)
     named = os.path.relpath(folder, ROOT) if Path(args.model).is_dir() else args.model  # not this machine's path

@@ -3,17 +3,19 @@ decoding, our greedy decoding without the key-value cache, and Hugging Face's Ma
 dimensions (random weights; `pip install transformers` for it, else it is skipped).
 
 Every decoder produces exactly `--length` tokens per sentence (end-of-sentence is forbidden until the last step),
-so that all do the same number of decoding steps and the comparison is per token.
+so that all do the same number of decoding steps and the comparison is per token. The sources are decoded
+`--rounds` times (3 by default); each ratio is the median of its rounds, with its spread.
 
     python benchmarks/decode_throughput.py
 """
 
 import argparse
+import statistics
 import time
 
 import torch
 
-from common import multi30k_ids, write_result
+from common import multi30k_ids, repeated, write_result
 from transformer.decoding import beam_search, greedy_decode
 from transformer.model import Transformer, TransformerConfig
 from transformer.attention import pad_sequences
@@ -57,7 +59,10 @@ def main() -> None:
     parser.add_argument("--length", type=int, default=30, help="output tokens per sentence")
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--sentences", type=int, default=1000, help="how many test2016 sources")
+    parser.add_argument("--rounds", type=int, default=3, help="passes over the sources; ratios: median and spread")
     args = parser.parse_args()
+    if args.rounds < 3:
+        parser.error("--rounds must be at least 3: the ratios need a median and a spread")
 
     tokenizer, _, test = multi30k_ids()
     V, L = tokenizer.get_vocab_size(), args.length
@@ -75,23 +80,31 @@ def main() -> None:
             runs[name] = lambda b, beams=beams: hf.generate(
                 input_ids=b, attention_mask=(b != cfg.pad_id).long(), num_beams=beams, do_sample=False,
                 max_new_tokens=L, min_new_tokens=L, early_stopping=False)
-    seconds = dict.fromkeys(runs, 0.0)
     check = runs["ours, greedy"](batches[0])
     assert all(len(y) == L - 1 for y in check), "outputs must run to the length limit"
-    for b in batches:  # interleaved, batch by batch
-        for name, run in runs.items():
-            seconds[name] += timed(lambda: run(b))
+    per_round = []
+    for _ in range(args.rounds):
+        seconds = dict.fromkeys(runs, 0.0)
+        for b in batches:  # interleaved, batch by batch
+            for name, run in runs.items():
+                seconds[name] += timed(lambda: run(b))
+        per_round.append(seconds)
+    seconds = {k: statistics.median(r[k] for r in per_round) for k in runs}
     n = len(sources)
     rows = [{"decoder": k, "sentences_per_s": round(n / s, 2), "tokens_per_s": round(n * L / s, 1), "seconds": round(s, 2)}
             for k, s in seconds.items()]
-    ratios = {"greedy_cached_vs_uncached": round(seconds["ours, greedy without cache"] / seconds["ours, greedy"], 2)}
+
+    def ratio(slow: str, fast: str) -> dict:
+        return repeated([r[slow] / r[fast] for r in per_round], digits=2)
+
+    ratios = {"greedy_cached_vs_uncached": ratio("ours, greedy without cache", "ours, greedy")}
     if hf is not None:
-        ratios["beam4_vs_hf_marian"] = round(seconds["HF Marian, beam 4"] / seconds["ours, beam 4"], 2)
-        ratios["greedy_vs_hf_marian"] = round(seconds["HF Marian, greedy"] / seconds["ours, greedy"], 2)
+        ratios["beam4_vs_hf_marian"] = ratio("HF Marian, beam 4", "ours, beam 4")
+        ratios["greedy_vs_hf_marian"] = ratio("HF Marian, greedy", "ours, greedy")
     print(f"{n} test2016 sources, {L} output tokens each, batches of {args.batch_size}, preset {args.preset}")
     for r in rows:
         print(f"{r['decoder']:30}{r['sentences_per_s']:>10.2f} sentences/s{r['tokens_per_s']:>12,.1f} tokens/s")
-    print("ratios:", ratios)
+    print("ratios (median, spread):", {k: (r["median"], r["spread"]) for k, r in ratios.items()})
     path = write_result("decode_throughput", {"preset": args.preset, "length": L, "batch_size": args.batch_size,
                                               "sentences": n, "hf_marian": hf is not None, "rows": rows, "ratios": ratios})
     print(f"wrote {path}")

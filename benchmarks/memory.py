@@ -2,11 +2,14 @@
 peaks do not mix: model, gradients, Adam's moments and activations for a batch of `--max-tokens` tokens per side.
 
     python benchmarks/memory.py --presets tiny small base big
+
+Each preset runs `--repeats` times (3 by default); a row keeps the median peak and the spread.
 """
 
 import argparse
 import json
 import resource
+import statistics
 import subprocess
 import sys
 
@@ -40,18 +43,26 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--presets", nargs="+", default=["tiny", "small", "base", "big"])
     parser.add_argument("--max-tokens", type=int, default=2048)
+    parser.add_argument("--repeats", type=int, default=3, help="fresh processes per preset")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         return child(args.child, args.max_tokens)
+    if args.repeats < 3:
+        parser.error("--repeats must be at least 3: a peak needs a median and a spread")
     rows = []
     for preset in args.presets:
-        out = subprocess.run([sys.executable, __file__, "--child", preset, "--max-tokens", str(args.max_tokens)],
-                             capture_output=True, text=True, check=True).stdout
-        rows.append(json.loads(out.strip().splitlines()[-1]))
-        print(f"{preset:6} {rows[-1]['parameters'] / 1e6:7.1f}M parameters: peak RSS {rows[-1]['peak_rss_mib']:,} MiB",
-              flush=True)
-    path = write_result("memory", {"max_tokens": args.max_tokens, "vocab_size": 8000, "rows": rows})
+        runs = [json.loads(subprocess.run([sys.executable, __file__, "--child", preset, "--max-tokens",
+                                           str(args.max_tokens)], capture_output=True, text=True,
+                                          check=True).stdout.strip().splitlines()[-1]) for _ in range(args.repeats)]
+        peaks = [r["peak_rss_mib"] for r in runs]
+        rows.append({**runs[0], "peak_rss_mib": round(statistics.median(peaks)),
+                     "peak_rss_mib_spread": max(peaks) - min(peaks),
+                     "rss_before_step_mib": round(statistics.median(r["rss_before_step_mib"] for r in runs))})
+        print(f"{preset:6} {rows[-1]['parameters'] / 1e6:7.1f}M parameters: peak RSS {rows[-1]['peak_rss_mib']:,} MiB "
+              f"(spread {rows[-1]['peak_rss_mib_spread']} MiB over {args.repeats} processes)", flush=True)
+    path = write_result("memory", {"max_tokens": args.max_tokens, "vocab_size": 8000, "repeats": args.repeats,
+                                   "rows": rows})
     print(f"wrote {path}")
 
 

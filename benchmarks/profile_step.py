@@ -1,9 +1,11 @@
-"""Where a training step's time goes: PyTorch's profiler over float32 training steps of our model (the `small`
-preset on token-bucketed Multi30k batches, as `train_throughput.py` times them), each operator's own time summed
-into kinds (matrix products, fused attention, loss, layer norm, dropout, other element-wise work, data movement,
-optimizer), and the step's fraction of the machine's matrix-multiplication peak measured in the same run.
+"""Where a training step's time goes: PyTorch's profiler over training steps of our model (the `small` preset on
+token-bucketed Multi30k batches, as `train_throughput.py` times them), in float32 or in bf16 autocast, each
+operator's own time summed into kinds (matrix products, fused attention, loss, layer norm, dropout, other
+element-wise work, data movement, optimizer), and the step's fraction of the matrix-multiplication peak of its
+dtype measured in the same run.
 
-    python benchmarks/profile_step.py --steps 8     # writes benchmarks/results/profile_step-small-cpu.json
+    python benchmarks/profile_step.py --steps 8                      # .../profile_step-small-cpu.json
+    python benchmarks/profile_step.py --steps 8 --precision bf16     # .../profile_step-small-bf16-cpu.json
 
 The profiler adds a little time of its own to every operator; the fraction of peak is therefore measured on
 steps timed without it, right after the profiled ones, in rounds that each measure the peak first (median round).
@@ -16,7 +18,7 @@ from collections import defaultdict
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from common import bucketed_batches, matmul_peak_gflops, multi30k_ids, write_result
+from common import bucketed_batches, matmul_peak_gflops, multi30k_ids, repeated, write_result
 from train_throughput import Ours, step_flops, train_step
 from transformer.hardware import keep_freed_memory
 from transformer.model import TransformerConfig
@@ -49,9 +51,13 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=8, help="profiled steps (after 2 warm-up), then as many timed")
     parser.add_argument("--max-tokens", type=int, default=2048)
     parser.add_argument("--rounds", type=int, default=5, help="timed rounds (peak, then the steps); the median is kept")
+    parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
+                        help="bf16: the steps run in bf16 autocast, as the Trainer runs them, against the bf16 peak")
     args = parser.parse_args()
-    if args.rounds < 1:
-        parser.error("--rounds must be at least 1")
+    if args.rounds < 3:
+        parser.error("--rounds must be at least 3: the fraction needs a median and a spread")
+    bf16 = args.precision == "bf16"
+    dtype, dtype_name = (torch.bfloat16, "bf16") if bf16 else (torch.float32, "float32")
     kept = keep_freed_memory()  # as Trainer does on a CPU: a step's large tensors reuse memory already mapped
 
     tokenizer, train, _ = multi30k_ids()
@@ -63,24 +69,25 @@ def main() -> None:
     optimizer = make_optimizer(impl, cfg.d_model, 4000)[0]
     flops = sum(step_flops(impl, b) for b in batches[2:])
     for batch in batches[:2]:
-        train_step(impl, optimizer, batch, False)
+        train_step(impl, optimizer, batch, bf16)
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         for batch in batches[2:]:
             with record_function("step"):
-                train_step(impl, optimizer, batch, False)
+                train_step(impl, optimizer, batch, bf16)
     # the same steps again without the profiler, for the fraction of peak: `--rounds` times, each round right after
     # its own measurement of the peak, so that a shared machine's changing speed affects both alike; the median
     # round is reported, and every round is kept in the JSON
     rounds = []
     for _ in range(args.rounds):
-        peak = matmul_peak_gflops(torch.float32, repeats=3)
+        peak = matmul_peak_gflops(dtype, repeats=3)
         start = time.perf_counter()
         for batch in batches[2:]:
-            train_step(impl, optimizer, batch, False)
+            train_step(impl, optimizer, batch, bf16)
         seconds = time.perf_counter() - start
         rounds.append({"peak_gflops": peak, "seconds": seconds, "fraction": flops / seconds / 1e9 / peak})
     median = sorted(rounds, key=lambda r: r["fraction"])[(len(rounds) - 1) // 2]  # the lower middle one if even
     peak, seconds = median["peak_gflops"], median["seconds"]
+    fractions = [r["fraction"] for r in rounds]
     rounds = [{"peak_gflops": round(r["peak_gflops"], 1), "step_ms": round(r["seconds"] / (len(batches) - 2) * 1e3, 1),
                "fraction": round(r["fraction"], 3)} for r in rounds]
 
@@ -104,20 +111,21 @@ def main() -> None:
     for r in kinds:
         print(f"{r['kind']:46}{r['ms_per_step']:>9.1f}{r['fraction']:>8.1%}")
     print(f"\nunprofiled: {seconds / steps * 1e3:.0f} ms/step, {tokens / seconds:,.0f} target tokens/s, "
-          f"{flops / seconds / 1e9:.1f} GFLOP/s of matrix products = {fraction:.1%} of the measured peak "
-          f"({peak:.1f} GFLOP/s)")
+          f"{flops / seconds / 1e9:.1f} GFLOP/s of matrix products = {fraction:.1%} of the measured "
+          f"{dtype_name} peak ({peak:.1f} GFLOP/s)")
     # about the ceiling of this step's fraction if everything but the matrix products took no time: an estimate, as
     # the profiled times include a little of the profiler's own time
     products_alone = flops / (own["matrix products"] / 1e6) / 1e9 / peak
     print(f"matrix products alone (profiled): {products_alone:.1%} of the peak, about the ceiling of the step's share")
     path = write_result("profile_step", {
-        "preset": args.preset, "dtype": "float32", "max_tokens": args.max_tokens, "steps": steps,
+        "preset": args.preset, "dtype": dtype_name, "max_tokens": args.max_tokens, "steps": steps,
         "keeps_freed_memory": kept,
         "matmul_peak_gflops": peak, "step_ms": round(seconds / steps * 1e3, 1),
         "target_tokens_per_s": round(tokens / seconds), "matmul_flops_per_step": round(flops / steps),
         "kinds": kinds, "top_operators": top, "rounds": rounds,
         "matrix_products_alone_peak_fraction": round(products_alone, 3),
-        "ratios": {f"train_{args.preset}_float32_peak_fraction": round(fraction, 3)}}, tag=args.preset)
+        "ratios": {f"train_{args.preset}_{dtype_name}_peak_fraction": repeated(fractions)}},
+        tag=args.preset + ("-bf16" if bf16 else ""))
     print(f"wrote {path}")
 
 

@@ -8,12 +8,16 @@ the best matrix-multiplication rate measured in the same run, in float32 or bflo
 faster. `ceilings` bound what any optimisation of ours could reach: our FLOPs at 100% of the peak of the dtype the
 products run in, over the other implementation's measured speed.
 
+The timed steps run `--repeats` rounds (3 by default); every ratio in the result file is the median of its rounds,
+with its spread.
+
     python benchmarks/train_throughput.py --steps 12            # small preset, float32 (and bf16 where native)
     python benchmarks/train_throughput.py --presets base --steps 6 --bf16-steps 1   # writes ...-base-cpu.json
 """
 
 import argparse
 import math
+import statistics
 import time
 
 import torch
@@ -21,7 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from common import bucketed_batches, matmul_peak_gflops, multi30k_ids, sync, write_result
+from common import bucketed_batches, matmul_peak_gflops, multi30k_ids, repeated, sync, write_result
 from transformer.hardware import keep_freed_memory, native_bf16
 from transformer.model import Transformer, TransformerConfig
 from transformer.training import label_smoothing, make_optimizer
@@ -150,8 +154,9 @@ def step_flops(impl: nn.Module, batch) -> int:
     return counter.get_total_flops()
 
 
-def measure(cfg: TransformerConfig, batches, bf16: bool, compile: bool, warmup: int = 2) -> tuple[dict, dict]:
-    "Tokens/s of each implementation on the same batches, steps interleaved; and each one's FLOPs per token."
+def measure(cfg: TransformerConfig, batches, bf16: bool, compile: bool, rounds: int,
+            warmup: int = 2) -> tuple[list[dict], dict]:
+    "Tokens/s of each implementation on the same batches, steps interleaved, per round; and each one's FLOPs per token."
     impls = {"ours": lambda: Ours(cfg), "nn.Transformer": lambda: TorchTransformer(cfg),
              "naive": lambda: NaiveTransformer(cfg)}
     if compile:
@@ -169,14 +174,17 @@ def measure(cfg: TransformerConfig, batches, bf16: bool, compile: bool, warmup: 
     for batch in batches[:warmup]:
         for impl, opt in built.values():
             train_step(impl, opt, batch, bf16)
-    seconds = dict.fromkeys(built, 0.0)
-    for batch in batches[warmup:]:
-        for name, (impl, opt) in built.items():
-            sync("cpu")
-            start = time.perf_counter()
-            train_step(impl, opt, batch, bf16)
-            seconds[name] += time.perf_counter() - start
-    return {name: tokens / s for name, s in seconds.items()}, flops
+    per_round = []
+    for _ in range(rounds):  # every round times the same batches again
+        seconds = dict.fromkeys(built, 0.0)
+        for batch in batches[warmup:]:
+            for name, (impl, opt) in built.items():
+                sync("cpu")
+                start = time.perf_counter()
+                train_step(impl, opt, batch, bf16)
+                seconds[name] += time.perf_counter() - start
+        per_round.append({name: tokens / s for name, s in seconds.items()})
+    return per_round, flops
 
 
 def main() -> None:
@@ -189,7 +197,11 @@ def main() -> None:
                         "without bf16 instructions)")
     parser.add_argument("--max-tokens", type=int, default=2048)
     parser.add_argument("--compile", action="store_true", help="also time our model under torch.compile")
+    parser.add_argument("--repeats", type=int, default=3, help="rounds over the timed steps; each ratio's median and "
+                        "spread are kept (at least 3)")
     args = parser.parse_args()
+    if args.repeats < 3:
+        parser.error("--repeats must be at least 3: a ratio needs a median and a spread")
     bf16_native, bf16_why = native_bf16("cpu")
     args.dtypes = args.dtypes or ["float32", *(["bf16"] if bf16_native else [])]
     print(f"dtypes {args.dtypes}: {bf16_why}", flush=True)
@@ -206,26 +218,32 @@ def main() -> None:
         for dtype in args.dtypes:
             steps, warmup = (args.steps, 2) if dtype == "float32" else (args.bf16_steps, 1)
             batches = bucketed_batches(train, cfg, args.max_tokens, steps + warmup)
-            tok_s, flops = measure(cfg, batches, dtype == "bf16", args.compile, warmup)
+            per_round, flops = measure(cfg, batches, dtype == "bf16", args.compile, args.repeats, warmup)
+            tok_s = {name: statistics.median(r[name] for r in per_round) for name in per_round[0]}
             machine_peak = max(peak.values())  # the best matmul rate of this machine, in whichever dtype
             for name, value in tok_s.items():
                 rows.append({"preset": preset, "dtype": dtype, "implementation": name, "target_tokens_per_s": round(value),
+                             "target_tokens_per_s_spread": round(max(r[name] for r in per_round)
+                                                                 - min(r[name] for r in per_round)),
                              "flops_per_target_token": round(flops[name]),
                              "fraction_of_matmul_peak": round(value * flops[name] / 1e9 / machine_peak, 3),
                              "fraction_of_dtype_peak": round(value * flops[name] / 1e9 / peak[dtype], 3)})
-            best_ours = max(v for k, v in tok_s.items() if k.startswith("ours"))
+            best = [max(v for k, v in r.items() if k.startswith("ours")) for r in per_round]  # per round
             # our step's matrix-product rate over this dtype's measured peak (issue target: ≥ 0.75 in float32)
-            ratios[f"train_{preset}_{dtype}_peak_fraction"] = round(best_ours * flops["ours"] / 1e9 / peak[dtype], 3)
+            ratios[f"train_{preset}_{dtype}_peak_fraction"] = repeated([b * flops["ours"] / 1e9 / peak[dtype]
+                                                                        for b in best])
             at_peak = peak[dtype] * 1e9 / flops["ours"]  # our tokens/s if every FLOP ran at this dtype's peak
             for other, key in (("nn.Transformer", "nn_transformer"), ("naive", "naive")):
-                ratios[f"train_{preset}_{dtype}_vs_{key}"] = round(best_ours / tok_s[other], 2)
+                ratios[f"train_{preset}_{dtype}_vs_{key}"] = repeated([b / r[other] for b, r in zip(best, per_round)],
+                                                                      digits=2)
                 ceilings[f"train_{preset}_{dtype}_vs_{key}"] = round(at_peak / tok_s[other], 2)
             print(f"{preset} {dtype}: " + ", ".join(f"{k} {v:,.0f} tok/s" for k, v in tok_s.items()), flush=True)
     print(f"\n{'preset':8}{'dtype':9}{'implementation':24}{'target tok/s':>14}{'of peak':>9}")
     for r in rows:
         print(f"{r['preset']:8}{r['dtype']:9}{r['implementation']:24}{r['target_tokens_per_s']:>14,}"
               f"{r['fraction_of_matmul_peak']:>9.1%}")
-    print("\nratios:", ratios)
+    print("\nratios (median, spread over the rounds):",
+          {k: (r["median"], r["spread"]) for k, r in ratios.items()})
     print("ceilings (our step at 100% of the dtype's measured matmul peak):", ceilings)
     path = write_result("train_throughput", {"max_tokens": args.max_tokens, "keeps_freed_memory": kept,
                                              "bf16_native": bf16_native, "bf16_reason": bf16_why,
