@@ -55,9 +55,9 @@ def main() -> None:
                      "explicit_ms": round(explicit, 3), "explicit_speedup": round(fused / explicit, 2),
                      "explicit_chosen": T <= EXPLICIT_MAX_KEYS.get(DTYPES[name], 0) and cpu_has_bf16_matmul()})
         chosen = "  ← explicit chosen" if rows[-1]["explicit_chosen"] else ""
-        print(f"{name:8} T={T:4}: fused {fused:7.2f} ms, explicit {explicit:7.2f} ms (medians of {args.rounds} rounds, "
-              f"{rows[-1]['explicit_speedup']:.2f}×){chosen}")
-    # the decision's gain where it applies: fused time over chosen-path time, summed over the chosen lengths, per round
+        print(f"{name:8} T={T:4}: fused {fused:7.2f} ms, explicit {explicit:7.2f} ms "
+              f"(medians of {args.rounds} rounds, {rows[-1]['explicit_speedup']:.2f}×){chosen}")
+    # the decision's gain where it applies: fused over chosen-path time, summed over the chosen lengths, per round
     ratios = {}
     for name in DTYPES:
         chosen = [(name, r["keys"]) for r in rows if r["dtype"] == name and r["explicit_chosen"]]

@@ -48,6 +48,11 @@ def repeated(values: list[float], digits: int = 3) -> dict:
             "values": [round(v, digits) for v in values]}
 
 
+def ratio_of_rounds(per_round: list[dict], slow: str, fast: str, digits: int = 2) -> dict:
+    "How many times faster `fast` ran than `slow`, round by round (seconds per name in each round), `repeated`."
+    return repeated([r[slow] / r[fast] for r in per_round], digits)
+
+
 def matmul_peak_gflops(dtype: torch.dtype = torch.float32, n: int = 2048, repeats: int = 5,
                        device: str = "cpu") -> float:
     "Best GFLOP/s of an n × n product computed as linear layers do (x @ wᵀ): the machine's practical peak."

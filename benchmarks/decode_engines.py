@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from common import repeated, write_result
+from common import ratio_of_rounds, write_result
 from transformer.data import load_split
 from transformer.decoding import beam_search, dynamic_int8, greedy_decode
 from transformer.export import ct2_vocabulary, export_ctranslate2, optional, vocabulary
@@ -133,15 +133,13 @@ def main() -> None:
                      "same_as_ours_float32": round(sum(a == b for a, b in zip(outputs[name], reference)) / n, 3),
                      "val_bleu": val_bleu[name]})
     b = f"beam {args.beam}"
-    def ratio(slow: str, fast: str) -> dict:
-        return repeated([r[slow] / r[fast] for r in per_round], digits=2)
-
     ratios = {}  # > 1: ours is faster
     for key, label in ((f"beam{args.beam}", b), ("greedy", "greedy")):
         for kind in ("float32", "int8"):
-            ratios[f"{key}_vs_ctranslate2_{kind}"] = ratio(f"CTranslate2 {kind}, {label}", f"ours float32, {label}")
-            ratios[f"{key}_int8_vs_ctranslate2_{kind}"] = ratio(f"CTranslate2 {kind}, {label}", f"ours int8, {label}")
-        ratios[f"{key}_int8_vs_float32"] = ratio(f"ours float32, {label}", f"ours int8, {label}")
+            engine = f"CTranslate2 {kind}, {label}"
+            ratios[f"{key}_vs_ctranslate2_{kind}"] = ratio_of_rounds(per_round, engine, f"ours float32, {label}")
+            ratios[f"{key}_int8_vs_ctranslate2_{kind}"] = ratio_of_rounds(per_round, engine, f"ours int8, {label}")
+        ratios[f"{key}_int8_vs_float32"] = ratio_of_rounds(per_round, f"ours float32, {label}", f"ours int8, {label}")
     print(f"{n} test2016 sources in batches of {args.batch_size}, {threads} threads; model {folder}; "
           f"beam search alpha {alpha}")
     for r in rows:

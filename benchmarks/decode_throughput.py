@@ -15,7 +15,7 @@ import time
 
 import torch
 
-from common import multi30k_ids, repeated, write_result
+from common import multi30k_ids, ratio_of_rounds, write_result
 from transformer.decoding import beam_search, greedy_decode
 from transformer.model import Transformer, TransformerConfig
 from transformer.attention import pad_sequences
@@ -94,13 +94,11 @@ def main() -> None:
     rows = [{"decoder": k, "sentences_per_s": round(n / s, 2), "tokens_per_s": round(n * L / s, 1), "seconds": round(s, 2)}
             for k, s in seconds.items()]
 
-    def ratio(slow: str, fast: str) -> dict:
-        return repeated([r[slow] / r[fast] for r in per_round], digits=2)
-
-    ratios = {"greedy_cached_vs_uncached": ratio("ours, greedy without cache", "ours, greedy")}
+    ratios = {"greedy_cached_vs_uncached": ratio_of_rounds(per_round, "ours, greedy without cache",
+                                                           "ours, greedy")}
     if hf is not None:
-        ratios["beam4_vs_hf_marian"] = ratio("HF Marian, beam 4", "ours, beam 4")
-        ratios["greedy_vs_hf_marian"] = ratio("HF Marian, greedy", "ours, greedy")
+        ratios["beam4_vs_hf_marian"] = ratio_of_rounds(per_round, "HF Marian, beam 4", "ours, beam 4")
+        ratios["greedy_vs_hf_marian"] = ratio_of_rounds(per_round, "HF Marian, greedy", "ours, greedy")
     print(f"{n} test2016 sources, {L} output tokens each, batches of {args.batch_size}, preset {args.preset}")
     for r in rows:
         print(f"{r['decoder']:30}{r['sentences_per_s']:>10.2f} sentences/s{r['tokens_per_s']:>12,.1f} tokens/s")

@@ -59,8 +59,9 @@ def main() -> None:
         rows.append({**runs[0], "peak_rss_mib": round(statistics.median(peaks)),
                      "peak_rss_mib_spread": max(peaks) - min(peaks),
                      "rss_before_step_mib": round(statistics.median(r["rss_before_step_mib"] for r in runs))})
-        print(f"{preset:6} {rows[-1]['parameters'] / 1e6:7.1f}M parameters: peak RSS {rows[-1]['peak_rss_mib']:,} MiB "
-              f"(spread {rows[-1]['peak_rss_mib_spread']} MiB over {args.repeats} processes)", flush=True)
+        row = rows[-1]
+        print(f"{preset:6} {row['parameters'] / 1e6:7.1f}M parameters: peak RSS {row['peak_rss_mib']:,} MiB "
+              f"(spread {row['peak_rss_mib_spread']} MiB over {args.repeats} processes)", flush=True)
     path = write_result("memory", {"max_tokens": args.max_tokens, "vocab_size": 8000, "repeats": args.repeats,
                                    "rows": rows})
     print(f"wrote {path}")

@@ -156,7 +156,7 @@ def step_flops(impl: nn.Module, batch) -> int:
 
 def measure(cfg: TransformerConfig, batches, bf16: bool, compile: bool, rounds: int,
             warmup: int = 2) -> tuple[list[dict], dict]:
-    "Tokens/s of each implementation on the same batches, steps interleaved, per round; and each one's FLOPs per token."
+    "Tokens/s of each implementation per round on the same batches, steps interleaved; and each one's FLOPs/token."
     impls = {"ours": lambda: Ours(cfg), "nn.Transformer": lambda: TorchTransformer(cfg),
              "naive": lambda: NaiveTransformer(cfg)}
     if compile:

@@ -57,4 +57,5 @@ def test_every_ratio_is_repeated(folder):
         for key, median in r.get("ratios", {}).items():
             values = r["ratio_values"][key]
             assert len(values) >= r["repeats"] and min(values) <= median <= max(values), (name, key)
-            assert r["spreads"][key] == pytest.approx(max(values) - min(values), abs=0.011), (name, key)  # both rounded, to 2 or 3 places
+            # both the spread and the values are rounded, to 2 or 3 places
+            assert r["spreads"][key] == pytest.approx(max(values) - min(values), abs=0.011), (name, key)
