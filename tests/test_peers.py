@@ -167,3 +167,40 @@ def test_signature_warning_names_both_signatures(tmp_path):
 def test_run_names_the_toolkits_it_knows():
     done = subprocess.run(["bash", str(PEERS / "run.sh"), "fairseq"], capture_output=True, text=True)
     assert done.returncode == 2 and "joeynmt|opennmt" in done.stderr and "fairseq" in done.stderr
+
+
+def test_settings_change_only_what_the_recipe_has():
+    cfg = {"training": {"random_seed": 42, "optimizer": "adam"}, "dropout": [0.1]}
+    budget.apply_settings(cfg, ["training.random_seed=7", "dropout=[0.2]"])
+    assert cfg == {"training": {"random_seed": 7, "optimizer": "adam"}, "dropout": [0.2]}
+    for bad in ("training.random_sead=7", "seed=1", "training.random_seed.x=1"):  # a typo is an error, not a new key
+        with pytest.raises(SystemExit, match="no setting"):
+            budget.apply_settings(cfg, [bad])
+    with pytest.raises(SystemExit, match="KEY=VALUE"):
+        budget.apply_settings(cfg, ["dropout"])
+
+
+def test_each_decoding_setting_has_its_own_file():
+    names = {budget.hypothesis_name("val", 5, a, p) for a in (0.6, 1.0) for p in ("wu", "avg")}
+    assert names == {"val.b5.a0.6.tok", "val.b5.a1.tok", "val.b5.avg.tok"}  # avg has no α
+
+
+def test_screen_variants_change_real_settings_and_keep_or_say_their_peak_rate():
+    screens = recipe("screens.yaml")
+    cfg = recipe("opennmt.yaml")
+    recipe_peak = cfg["learning_rate"] * cfg["warmup_steps"] ** -0.5
+    assert len(screens["opennmt"]["variants"]) >= 4
+    for name, settings in screens["opennmt"]["variants"].items():
+        changed = budget.apply_settings(recipe("opennmt.yaml"), [str(s) for s in settings])
+        assert changed != cfg, name
+        peak = changed["learning_rate"] * changed["warmup_steps"] ** -0.5
+        assert math.isclose(peak / recipe_peak, 2.0 if "peak2x" in name else 1.0, rel_tol=1e-3), name
+
+
+def test_budget_records_the_load_when_training_starts_and_ends(tmp_path):
+    clock = budget.Budget(minutes=1)
+    clock.spent()
+    clock.stop()
+    clock.write(tmp_path / "training.json")
+    load = json.loads((tmp_path / "training.json").read_text())["load_average"]
+    assert set(load) == {"start", "end"} and all(len(v) == 3 and min(v) >= 0 for v in load.values())

@@ -5,6 +5,7 @@ a run ends at most one step after the budget is spent, through the toolkit's own
 checkpoint)."""
 import argparse
 import json
+import os
 import time
 from statistics import fmean
 from pathlib import Path
@@ -29,6 +30,7 @@ class Budget:
         self.steps = self.tokens = 0  # optimizer steps; source + target tokens, each side with one end symbol
         self.curve: list[dict] = []
         self.losses: list[float] = []  # training loss of every update, as the toolkit reports it (label-smoothed)
+        self.load_average: dict[str, list[float]] = {}  # os.getloadavg() when training began and when it ended
 
     def seconds(self) -> float:
         "Training seconds so far (frozen during a pause and once training has ended)."
@@ -41,11 +43,13 @@ class Budget:
         "Training has ended: later time does not count."
         if self.stopped is None:
             self.stopped = self.seconds()
+            self.load_average["end"] = [round(load, 2) for load in os.getloadavg()]
 
     def spent(self) -> bool:
         "Whether the budget is used up; the first call starts the clock."
         if self.started is None:
             self.started = time.perf_counter()
+            self.load_average["start"] = [round(load, 2) for load in os.getloadavg()]
         return self.seconds() >= self.limit
 
     def excluded(self, fn):
@@ -72,7 +76,7 @@ class Budget:
                   "steps": self.steps, "tokens": self.tokens,
                   "tokens_per_s": round(self.tokens / max(self.seconds(), 1e-9)),
                   "train_loss_first_10": mean(self.losses[:10]), "train_loss_last_10": mean(self.losses[-10:]),
-                  **facts, "curve": self.curve}
+                  "load_average": self.load_average, **facts, "curve": self.curve}
         Path(path).write_text(json.dumps(record, indent=1) + "\n")
 
 
@@ -86,12 +90,22 @@ def runner_arguments(description: str) -> argparse.Namespace:
     training.add_argument("--out", type=Path, required=True)
     training.add_argument("--minutes", type=float, required=True)
     training.add_argument("--valid-every", type=int, default=0, help="validate every N updates (default: the recipe's)")
+    training.add_argument("--set", dest="settings", nargs="*", default=[], metavar="KEY=VALUE",
+                          help="change the recipe: a dotted key that it has, a YAML value (a screen's variant, a seed)")
     decoding = commands.add_parser("decode")
     decoding.add_argument("--out", type=Path, required=True)
     decoding.add_argument("--splits", nargs="+", required=True)
     decoding.add_argument("--beams", type=int, nargs="+", required=True)
     decoding.add_argument("--alphas", type=float, nargs="+", required=True)
+    decoding.add_argument("--length-penalty", choices=("wu", "avg"), default="wu",
+                          help="GNMT's penalty with each α (wu), or OpenNMT-py's default: the mean log-probability")
     return parser.parse_args()
+
+
+def hypothesis_name(split: str, beam: int, alpha: float, length_penalty: str = "wu") -> str:
+    "The file name of a split's token hypotheses at one decoding setting (`avg` takes no α)."
+    penalty = "avg" if length_penalty == "avg" else f"a{alpha:g}"
+    return f"{split}.b{beam}.{penalty}.tok"
 
 
 def fill_config(template: Path, data: Path, out: Path) -> dict:
@@ -100,3 +114,21 @@ def fill_config(template: Path, data: Path, out: Path) -> dict:
 
     text = template.read_text().replace("{data}", str(data.resolve())).replace("{out}", str(out.resolve()))
     return yaml.safe_load(text)
+
+
+def apply_settings(cfg: dict, settings: list[str]) -> dict:
+    "`cfg` with each `dotted.key=value` set (a YAML value); a key the recipe lacks is a clear error, not a new key."
+    import yaml
+
+    for setting in settings:
+        key, sep, value = setting.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"a setting is KEY=VALUE, got {setting!r}")
+        *parents, leaf = key.split(".")
+        node = cfg
+        for part in parents:
+            node = node.get(part) if isinstance(node, dict) else None
+        if not isinstance(node, dict) or leaf not in node:
+            raise SystemExit(f"the recipe has no setting {key!r} to change (check its spelling in the recipe)")
+        node[leaf] = yaml.safe_load(value)
+    return cfg

@@ -19,7 +19,7 @@ from joeynmt.helpers import make_model_dir
 from joeynmt.helpers_for_ddp import get_logger
 from joeynmt.training import TrainManager, train
 
-from budget import Budget, fill_config, runner_arguments
+from budget import Budget, apply_settings, fill_config, hypothesis_name, runner_arguments
 
 
 class PlateauWithoutVerbose(ReduceLROnPlateau):
@@ -78,7 +78,7 @@ def instrument(budget: Budget) -> list:
 
 def run_training(args: argparse.Namespace) -> None:
     "Train for `args.minutes` of training time and write training.json."
-    cfg = fill_config(args.config, args.data, args.out)
+    cfg = apply_settings(fill_config(args.config, args.data, args.out), args.settings)
     if args.valid_every:  # smoke tests validate more often than the recipe
         cfg["training"]["validation_freq"] = cfg["training"]["logging_freq"] = args.valid_every
     model_dir = Path(cfg["model_dir"])
@@ -96,7 +96,9 @@ def run_training(args: argparse.Namespace) -> None:
 
 
 def run_decoding(args: argparse.Namespace) -> None:
-    "Translate each split with each beam size and α; token hypotheses go to OUT/hyp/SPLIT.bBEAM.aALPHA.tok."
+    "Translate each split with each beam size and α; token hypotheses go to OUT/hyp (`hypothesis_name`)."
+    if args.length_penalty != "wu":
+        raise SystemExit("Joey NMT has one length penalty, GNMT's with α: --length-penalty avg is OpenNMT-py's")
     cfg = yaml.safe_load((args.out / "config.yaml").read_text())
     cfg["testing"]["load_model"] = str(args.out / "model" / "best.ckpt")
     data = Path(cfg["data"]["dev"]).parent
@@ -111,7 +113,7 @@ def run_decoding(args: argparse.Namespace) -> None:
                 hypotheses = predict(model=model, data=split_data, device=parsed.device, n_gpu=0, rank=0,
                                      compute_loss=False, normalization="tokens", args=settings,
                                      autocast=parsed.autocast)[2]
-                path = args.out / "hyp" / f"{split}.b{beam}.a{alpha:g}.tok"
+                path = args.out / "hyp" / hypothesis_name(split, beam, alpha)
                 path.write_text("".join(h + "\n" for h in hypotheses), "utf-8")
                 print(f"wrote {path}", file=sys.stderr)
 

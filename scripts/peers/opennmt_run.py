@@ -18,7 +18,7 @@ from onmt.bin.train import _get_parser, train  # noqa: E402
 from onmt.models.model_saver import ModelSaver  # noqa: E402
 from onmt.trainer import Trainer  # noqa: E402
 
-from budget import Budget, fill_config, runner_arguments  # noqa: E402
+from budget import Budget, apply_settings, fill_config, hypothesis_name, runner_arguments  # noqa: E402
 
 
 def instrument(budget: Budget) -> list:
@@ -65,7 +65,7 @@ def instrument(budget: Budget) -> list:
 def run_training(args: argparse.Namespace) -> None:
     "Train for `args.minutes` of training time and write training.json."
     (args.out / "model").mkdir(parents=True, exist_ok=True)
-    cfg = fill_config(args.config, args.data, args.out)
+    cfg = apply_settings(fill_config(args.config, args.data, args.out), args.settings)
     if args.valid_every:  # smoke tests validate more often than the recipe
         cfg["valid_steps"] = args.valid_every
     config = args.out / "config.yaml"
@@ -81,18 +81,19 @@ def run_training(args: argparse.Namespace) -> None:
 
 
 def run_decoding(args: argparse.Namespace) -> None:
-    "Translate each split with each beam size and α; token hypotheses go to OUT/hyp/SPLIT.bBEAM.aALPHA.tok."
+    "Translate each split with each beam size and α; token hypotheses go to OUT/hyp (`hypothesis_name`)."
     training = yaml.safe_load((args.out / "training.json").read_text())
     data = Path(yaml.safe_load((args.out / "config.yaml").read_text())["src_vocab"]).parent
     (args.out / "hyp").mkdir(exist_ok=True)
+    alphas = args.alphas if args.length_penalty == "wu" else args.alphas[:1]  # avg has no α
     for split in args.splits:
         for beam in args.beams:
-            for alpha in args.alphas:
-                path = args.out / "hyp" / f"{split}.b{beam}.a{alpha:g}.tok"
+            for alpha in alphas:
+                path = args.out / "hyp" / hypothesis_name(split, beam, alpha, args.length_penalty)
                 subprocess.run([sys.executable, "-m", "onmt.bin.translate", "-model", training["checkpoint"],
                                 "-src", str(data / f"{split}.de"), "-output", str(path), "-beam_size", str(beam),
-                                "-length_penalty", "wu", "-alpha", str(alpha), "-batch_type", "tokens",
-                                "-batch_size", "2048"], check=True)
+                                "-length_penalty", args.length_penalty, "-alpha", str(alpha), "-batch_type",
+                                "tokens", "-batch_size", "2048"], check=True)
                 print(f"wrote {path}", file=sys.stderr)
 
 

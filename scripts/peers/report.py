@@ -13,10 +13,13 @@ from pathlib import Path
 
 from tokenizers import Tokenizer
 
-from transformer.data import read_tokenizer
-from transformer.hardware import machine_description
-from transformer.run import git_commit
-from transformer.translation import bleu
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from budget import hypothesis_name  # noqa: E402  (the launchers' own file names)
+
+from transformer.data import read_tokenizer  # noqa: E402
+from transformer.hardware import machine_description  # noqa: E402
+from transformer.run import git_commit  # noqa: E402
+from transformer.translation import bleu  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 TEST_SETS = ("test2016", "test2017", "mscoco2017")
@@ -28,14 +31,14 @@ def detokenize(lines: list[str], tokenizer: Tokenizer) -> list[str]:
     return [tokenizer.decoder.decode(line.split()) for line in lines]
 
 
-def hypothesis_file(out: Path, split: str, beam: int, alpha: float) -> Path:
+def hypothesis_file(out: Path, split: str, beam: int, alpha: float, length_penalty: str = "wu") -> Path:
     "Where the toolkit's launcher wrote its tokens for `split` at this beam size and α."
-    return out / "hyp" / f"{split}.b{beam}.a{alpha:g}.tok"
+    return out / "hyp" / hypothesis_name(split, beam, alpha, length_penalty)
 
 
-def score(out: Path, split: str, beam: int, alpha: float) -> tuple[float, str]:
+def score(out: Path, split: str, beam: int, alpha: float, length_penalty: str = "wu") -> tuple[float, str]:
     "sacreBLEU of the toolkit's translation of `split` against the raw references, and the signature."
-    data, path = out / "data", hypothesis_file(out, split, beam, alpha)
+    data, path = out / "data", hypothesis_file(out, split, beam, alpha, length_penalty)
     if not path.is_file():
         raise SystemExit(f"no translation of {split} with beam {beam}, α {alpha:g}: {path} is missing")
     hypotheses = detokenize(path.read_text("utf-8").splitlines(), read_tokenizer(data / "tokenizer.json"))

@@ -8,9 +8,10 @@
 # Settings (environment): PEER_MINUTES (training budget, default 60), PEER_OUT (run folder, default
 # runs/peers/TOOLKIT), PEER_REPORT (default results/peers/TOOLKIT.json), PEER_VENV (the toolkit's own virtual
 # environment, default ../venvs/TOOLKIT beside the checkout; made on first use), PEER_BEAMS and PEER_ALPHAS (the
-# decoding grid tuned on val, default ours: 4 6 and 0.6 … 1.6), PEER_VALID_EVERY (validate every N updates instead of
-# the recipe's 250) and PEER_EVAL_LINES (validate, tune and test on the first N pairs of each set only): both for
-# smoke tests. A short smoke test that writes nothing into the repository:
+# decoding grid tuned on val, default ours: 4 6 and 0.6 … 1.6), PEER_SET (changes to the recipe, "KEY=VALUE …": a
+# screen's winner, a seed), PEER_VALID_EVERY (validate every N updates instead of the recipe's 250) and
+# PEER_EVAL_LINES (validate, tune and test on the first N pairs of each set only): the last two for smoke tests. A
+# short smoke test that writes nothing into the repository:
 #
 #   PEER_MINUTES=3 PEER_VALID_EVERY=5 PEER_EVAL_LINES=40 PEER_BEAMS=4 PEER_ALPHAS="0.6 1.0" \
 #     PEER_OUT=/tmp/peers/joeynmt PEER_REPORT=/tmp/peers/joeynmt.json nice -n 19 bash scripts/peers/run.sh joeynmt
@@ -28,30 +29,16 @@ REPORT=${PEER_REPORT:-results/peers/$TOOLKIT.json}
 VENV=${PEER_VENV:-../venvs/$TOOLKIT}
 read -r -a BEAMS <<< "${PEER_BEAMS:-4 6}"
 read -r -a ALPHAS <<< "${PEER_ALPHAS:-0.6 0.8 1.0 1.2 1.4 1.6}"
+read -r -a SETTINGS_CHANGED <<< "${PEER_SET:-}"  # KEY=VALUE changes to the recipe: a screen's winner, a seed
 
-if [ ! -f "$VENV/.peer-ready" ]; then  # the toolkit's own environment, with our torch pin
-  python3 -m venv "$VENV"
-  "$VENV/bin/pip" install -q --disable-pip-version-check -c constraints.txt torch
-  if [ "$TOOLKIT" = joeynmt ]; then
-    # joeynmt 2.3.0 imports importlib_metadata without declaring it
-    "$VENV/bin/pip" install -q --disable-pip-version-check -c constraints.txt "joeynmt==2.3.0" importlib-metadata
-  else
-    # OpenNMT-py 3.5.1 declares torch<2.3; pip then picks 3.0.4 instead. Its other requirements, then 3.5.1 itself
-    # without the torch pin (README.md: what that takes on torch 2.13)
-    "$VENV/bin/pip" install -q --disable-pip-version-check -c constraints.txt configargparse "ctranslate2>=4,<5" \
-      "tensorboard>=2.3" flask waitress "pyonmttok>=1.37,<2" pyyaml sacrebleu rapidfuzz pyahocorasick \
-      fasttext-wheel spacy six
-    "$VENV/bin/pip" install -q --disable-pip-version-check --no-deps "opennmt-py==3.5.1"
-  fi
-  touch "$VENV/.peer-ready"
-fi
+bash scripts/peers/venv.sh "$TOOLKIT" "$VENV"
 
 SETTINGS="PEER_MINUTES=$MINUTES"  # the command, with every setting that differs from the defaults
 for name in $(compgen -v PEER_ | grep -v '^PEER_MINUTES$' | sort); do SETTINGS+=" $name=$(printf %q "${!name}")"; done
 RUNNER=("$VENV/bin/python" -W ignore "scripts/peers/${TOOLKIT}_run.py")
 python scripts/peers/prepare.py --out "$OUT/data" ${PEER_EVAL_LINES:+--eval-lines "$PEER_EVAL_LINES"}
 "${RUNNER[@]}" train --config "scripts/peers/$TOOLKIT.yaml" --data "$OUT/data" --out "$OUT" --minutes "$MINUTES" \
-  ${PEER_VALID_EVERY:+--valid-every "$PEER_VALID_EVERY"}
+  ${PEER_VALID_EVERY:+--valid-every "$PEER_VALID_EVERY"} --set "${SETTINGS_CHANGED[@]}"
 "${RUNNER[@]}" decode --out "$OUT" --splits val --beams "${BEAMS[@]}" --alphas "${ALPHAS[@]}"
 read -r BEAM ALPHA < <(python scripts/peers/report.py choose --out "$OUT" --beams "${BEAMS[@]}" --alphas "${ALPHAS[@]}")
 "${RUNNER[@]}" decode --out "$OUT" --splits test2016 test2017 mscoco2017 --beams "$BEAM" --alphas "$ALPHA"
