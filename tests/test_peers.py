@@ -174,8 +174,12 @@ def test_settings_change_only_what_the_recipe_has():
     budget.apply_settings(cfg, ["training.random_seed=7", "dropout=[0.2]"])
     assert cfg == {"training": {"random_seed": 7, "optimizer": "adam"}, "dropout": [0.2]}
     for bad in ("training.random_sead=7", "seed=1", "training.random_seed.x=1"):  # a typo is an error, not a new key
-        with pytest.raises(SystemExit, match="no setting"):
+        with pytest.raises(SystemExit, match="has no setting"):
             budget.apply_settings(cfg, [bad])
+    budget.apply_settings(cfg, ["+training.warmup=300"])  # an option the recipe leaves at the toolkit's default
+    assert cfg["training"]["warmup"] == 300
+    with pytest.raises(SystemExit, match="already has setting 'dropout'"):
+        budget.apply_settings(cfg, ["+dropout=0.3"])
     with pytest.raises(SystemExit, match="KEY=VALUE"):
         budget.apply_settings(cfg, ["dropout"])
 
@@ -187,14 +191,27 @@ def test_each_decoding_setting_has_its_own_file():
 
 def test_screen_variants_change_real_settings_and_keep_or_say_their_peak_rate():
     screens = recipe("screens.yaml")
-    cfg = recipe("opennmt.yaml")
-    recipe_peak = cfg["learning_rate"] * cfg["warmup_steps"] ** -0.5
-    assert len(screens["opennmt"]["variants"]) >= 4
-    for name, settings in screens["opennmt"]["variants"].items():
+    for name, screen in screens.items():
+        base = recipe(screen.get("recipe", f"{screen.get('toolkit', name)}.yaml"))
+        assert len(screen["variants"]) >= 4 and screen["minutes"] < 60, name
+        for variant, settings in screen["variants"].items():
+            changed = budget.apply_settings(json.loads(json.dumps(base)), [str(s) for s in settings])
+            assert (changed != base) == (variant != "recipe"), (name, variant)
+    cfg = recipe("opennmt.yaml")  # noam: factor · warmup^-0.5 (· d^-0.5) at the peak
+    for variant, settings in screens["opennmt"]["variants"].items():
         changed = budget.apply_settings(recipe("opennmt.yaml"), [str(s) for s in settings])
-        assert changed != cfg, name
-        peak = changed["learning_rate"] * changed["warmup_steps"] ** -0.5
-        assert math.isclose(peak / recipe_peak, 2.0 if "peak2x" in name else 1.0, rel_tol=1e-3), name
+        ratio = changed["learning_rate"] * changed["warmup_steps"] ** -0.5 / (cfg["learning_rate"] *
+                                                                             cfg["warmup_steps"] ** -0.5)
+        assert math.isclose(ratio, 2.0 if "peak2x" in variant else 1.0, rel_tol=1e-3), variant
+
+
+def test_the_recurrent_recipe_shares_our_vocabulary_and_one_embedding_matrix():
+    cfg = recipe("opennmt-rnn.yaml")
+    assert cfg["encoder_type"] == cfg["decoder_type"] == "rnn" and budget.architecture(cfg["encoder_type"]) == \
+        "recurrent"
+    assert cfg["share_vocab"] and cfg["share_embeddings"] and cfg["share_decoder_embeddings"]
+    assert cfg["src_vocab"] == cfg["tgt_vocab"] == "{data}/vocab.txt" and cfg["word_vec_size"] == cfg["hidden_size"]
+    assert budget.architecture(recipe("opennmt.yaml")["encoder_type"]) == "transformer"
 
 
 def test_budget_records_the_load_when_training_starts_and_ends(tmp_path):

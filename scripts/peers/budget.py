@@ -89,9 +89,10 @@ def runner_arguments(description: str) -> argparse.Namespace:
     training.add_argument("--data", type=Path, required=True)
     training.add_argument("--out", type=Path, required=True)
     training.add_argument("--minutes", type=float, required=True)
-    training.add_argument("--valid-every", type=int, default=0, help="validate every N updates (default: the recipe's)")
+    training.add_argument("--valid-every", type=int, default=0,
+                          help="validate every N updates (default: the recipe's)")
     training.add_argument("--set", dest="settings", nargs="*", default=[], metavar="KEY=VALUE",
-                          help="change the recipe: a dotted key that it has, a YAML value (a screen's variant, a seed)")
+                          help="change the recipe (a screen's variant, a seed): apply_settings says how")
     decoding = commands.add_parser("decode")
     decoding.add_argument("--out", type=Path, required=True)
     decoding.add_argument("--splits", nargs="+", required=True)
@@ -100,6 +101,11 @@ def runner_arguments(description: str) -> argparse.Namespace:
     decoding.add_argument("--length-penalty", choices=("wu", "avg"), default="wu",
                           help="GNMT's penalty with each α (wu), or OpenNMT-py's default: the mean log-probability")
     return parser.parse_args()
+
+
+def architecture(encoder_type: str) -> str:
+    "'transformer' or 'recurrent', from the encoder type a recipe names (rnn, brnn, gru, lstm: recurrent)."
+    return "transformer" if encoder_type == "transformer" else "recurrent"
 
 
 def hypothesis_name(split: str, beam: int, alpha: float, length_penalty: str = "wu") -> str:
@@ -117,18 +123,22 @@ def fill_config(template: Path, data: Path, out: Path) -> dict:
 
 
 def apply_settings(cfg: dict, settings: list[str]) -> dict:
-    "`cfg` with each `dotted.key=value` set (a YAML value); a key the recipe lacks is a clear error, not a new key."
+    """`cfg` with each `dotted.key=value` set (a YAML value). The key must be in the recipe, so that a typo is a clear
+    error; `+dotted.key=value` adds one it lacks (an option of the toolkit that the recipe leaves at its default)."""
     import yaml
 
     for setting in settings:
         key, sep, value = setting.partition("=")
+        adding = key.startswith("+")
+        key = key.removeprefix("+")
         if not sep or not key:
-            raise SystemExit(f"a setting is KEY=VALUE, got {setting!r}")
+            raise SystemExit(f"a setting is KEY=VALUE or +KEY=VALUE, got {setting!r}")
         *parents, leaf = key.split(".")
         node = cfg
         for part in parents:
             node = node.get(part) if isinstance(node, dict) else None
-        if not isinstance(node, dict) or leaf not in node:
-            raise SystemExit(f"the recipe has no setting {key!r} to change (check its spelling in the recipe)")
+        if not isinstance(node, dict) or (leaf in node) == adding:
+            problem = "already has" if adding else "has no"
+            raise SystemExit(f"the recipe {problem} setting {key!r} (a typo? '+KEY=VALUE' adds one it lacks)")
         node[leaf] = yaml.safe_load(value)
     return cfg

@@ -19,7 +19,8 @@ from joeynmt.helpers import make_model_dir
 from joeynmt.helpers_for_ddp import get_logger
 from joeynmt.training import TrainManager, train
 
-from budget import Budget, apply_settings, fill_config, hypothesis_name, runner_arguments
+from budget import (Budget, apply_settings, architecture, fill_config, hypothesis_name,
+                    runner_arguments)
 
 
 class PlateauWithoutVerbose(ReduceLROnPlateau):
@@ -92,7 +93,8 @@ def run_training(args: argparse.Namespace) -> None:
     trainer = trainers[0]
     budget.write(args.out / "training.json", toolkit="joeynmt", toolkit_version=joeynmt.__version__,
                  epochs=trainer.stats.epochs, checkpoint=str(args.out / "model" / "best.ckpt"),
-                 checkpoint_choice="best validation perplexity (the recipe's early-stopping checkpoint)")
+                 checkpoint_choice="best validation perplexity (the recipe's early-stopping checkpoint)",
+                 settings=args.settings, architecture=architecture(cfg["model"]["encoder"]["type"]))
 
 
 def run_decoding(args: argparse.Namespace) -> None:

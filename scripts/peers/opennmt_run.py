@@ -18,7 +18,8 @@ from onmt.bin.train import _get_parser, train  # noqa: E402
 from onmt.models.model_saver import ModelSaver  # noqa: E402
 from onmt.trainer import Trainer  # noqa: E402
 
-from budget import Budget, apply_settings, fill_config, hypothesis_name, runner_arguments  # noqa: E402
+from budget import (  # noqa: E402
+    Budget, apply_settings, architecture, fill_config, hypothesis_name, runner_arguments)
 
 
 def instrument(budget: Budget) -> list:
@@ -77,7 +78,9 @@ def run_training(args: argparse.Namespace) -> None:
     steps = trainers[0].optim.training_step - 1
     last = args.out / "model" / f"model_step_{steps}.pt"
     budget.write(args.out / "training.json", toolkit="opennmt-py", toolkit_version=onmt.__version__,
-                 checkpoint=str(last), checkpoint_choice="the last checkpoint (as the recipe translates)")
+                 checkpoint=str(last), checkpoint_choice="the last checkpoint (as the recipe translates)",
+                 settings=args.settings, architecture=architecture(cfg["encoder_type"]),
+                 moving_average=cfg.get("average_decay", 0))
 
 
 def run_decoding(args: argparse.Namespace) -> None:

@@ -74,7 +74,9 @@ def peer_record(training: dict, grid: list[dict], scores: dict[str, float], sign
             "checkpoint": training["checkpoint_choice"],
             "train_loss_first_10": training["train_loss_first_10"],
             "train_loss_last_10": training["train_loss_last_10"],
-            "validation_curve": training["curve"], "command": command, "commit": commit, "machine": machine}
+            "validation_curve": training["curve"], "architecture": training.get("architecture", "transformer"),
+            "settings": training.get("settings", []), "load_average": training.get("load_average"),
+            "command": command, "commit": commit, "machine": machine}
 
 
 def signature_warning(signature: str, summary: Path = OUR_SUMMARY) -> str | None:

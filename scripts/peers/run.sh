@@ -7,9 +7,10 @@
 #
 # Settings (environment): PEER_MINUTES (training budget, default 60), PEER_OUT (run folder, default
 # runs/peers/TOOLKIT), PEER_REPORT (default results/peers/TOOLKIT.json), PEER_VENV (the toolkit's own virtual
-# environment, default ../venvs/TOOLKIT beside the checkout; made on first use), PEER_BEAMS and PEER_ALPHAS (the
-# decoding grid tuned on val, default ours: 4 6 and 0.6 … 1.6), PEER_SET (changes to the recipe, "KEY=VALUE …": a
-# screen's winner, a seed), PEER_VALID_EVERY (validate every N updates instead of the recipe's 250) and
+# environment, default ../venvs/TOOLKIT beside the checkout; made on first use), PEER_RECIPE (default
+# scripts/peers/TOOLKIT.yaml; scripts/peers/opennmt-rnn.yaml is OpenNMT-py's recurrent model), PEER_SET (changes to
+# the recipe, "KEY=VALUE …": a screen's winner, a seed), PEER_BEAMS and PEER_ALPHAS (the decoding grid tuned on val,
+# default ours: 4 6 and 0.6 … 1.6), PEER_VALID_EVERY (validate every N updates instead of the recipe's 250) and
 # PEER_EVAL_LINES (validate, tune and test on the first N pairs of each set only): the last two for smoke tests. A
 # short smoke test that writes nothing into the repository:
 #
@@ -36,8 +37,9 @@ bash scripts/peers/venv.sh "$TOOLKIT" "$VENV"
 SETTINGS="PEER_MINUTES=$MINUTES"  # the command, with every setting that differs from the defaults
 for name in $(compgen -v PEER_ | grep -v '^PEER_MINUTES$' | sort); do SETTINGS+=" $name=$(printf %q "${!name}")"; done
 RUNNER=("$VENV/bin/python" -W ignore "scripts/peers/${TOOLKIT}_run.py")
+RECIPE=${PEER_RECIPE:-scripts/peers/$TOOLKIT.yaml}
 python scripts/peers/prepare.py --out "$OUT/data" ${PEER_EVAL_LINES:+--eval-lines "$PEER_EVAL_LINES"}
-"${RUNNER[@]}" train --config "scripts/peers/$TOOLKIT.yaml" --data "$OUT/data" --out "$OUT" --minutes "$MINUTES" \
+"${RUNNER[@]}" train --config "$RECIPE" --data "$OUT/data" --out "$OUT" --minutes "$MINUTES" \
   ${PEER_VALID_EVERY:+--valid-every "$PEER_VALID_EVERY"} --set "${SETTINGS_CHANGED[@]}"
 "${RUNNER[@]}" decode --out "$OUT" --splits val --beams "${BEAMS[@]}" --alphas "${ALPHAS[@]}"
 read -r BEAM ALPHA < <(python scripts/peers/report.py choose --out "$OUT" --beams "${BEAMS[@]}" --alphas "${ALPHAS[@]}")

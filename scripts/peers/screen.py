@@ -1,8 +1,9 @@
-"""Screen a toolkit's variants (screens.yaml): each trained for the screen's minutes, one at a time, then scored on val
-with the toolkit's default decoding; the rows, best first, go to results/peers/screen/TOOLKIT.json after every variant.
+"""Screen a recipe's variants (screens.yaml): each trained for the screen's minutes, one at a time, then scored on val
+with the toolkit's default decoding; the rows, best first, go to results/peers/screen/SCREEN.json after every variant.
 Runs in the project's environment, the launchers in the toolkit's own (made by venv.sh on first use).
 
     nice -n 10 python scripts/peers/screen.py opennmt              # every variant not yet in the record
+    nice -n 10 python scripts/peers/screen.py opennmt-rnn          # OpenNMT-py's recurrent model
     python scripts/peers/screen.py opennmt --only w300 --minutes 1 --eval-lines 40 --out /tmp/s --record /tmp/s.json
 """
 import argparse
@@ -25,23 +26,24 @@ ROOT = Path(__file__).resolve().parents[2]
 PEERS = ROOT / "scripts" / "peers"
 
 
-def variant_row(name: str, settings: list[str], training: dict, val_bleu: float, tokens_per_epoch: int) -> dict:
+def variant_row(name: str, settings: list[str], training: dict, val_bleu: float, tokens_per_epoch: int,
+                commit: str) -> dict:
     "One row of the screen: the variant, its settings, its val BLEU and what its training measured."
     curve = training["curve"]
     return {"variant": name, "settings": settings, "val_bleu": val_bleu, "steps": training["steps"],
             "epochs": round(training["tokens"] / tokens_per_epoch, 2), "train_minutes": training["train_minutes"],
             "tokens_per_s": training["tokens_per_s"],
             "valid_loss": curve[-1]["valid_loss"] if curve else None,
-            "load_average": training["load_average"]}
+            "load_average": training["load_average"], "commit": commit, "machine": machine_description()}
 
 
-def run_variant(runner: list[str], toolkit: str, data: Path, out: Path, minutes: float, settings: list[str],
+def run_variant(runner: list[str], recipe: Path, data: Path, out: Path, minutes: float, settings: list[str],
                 decoding: dict) -> dict:
     "Train one variant, translate val with the screen's decoding and return its training record with `val_bleu`."
     out.mkdir(parents=True, exist_ok=True)
     if not (out / "data").exists():
         (out / "data").symlink_to(data.resolve())  # the launchers and report.score read OUT/data
-    subprocess.run([*runner, "train", "--config", str(PEERS / f"{toolkit}.yaml"), "--data", str(data),
+    subprocess.run([*runner, "train", "--config", str(recipe), "--data", str(data),
                     "--out", str(out), "--minutes", str(minutes), "--set", *settings], check=True)
     beam, alpha, penalty = str(decoding["beam"]), str(decoding["alpha"]), decoding["length_penalty"]
     subprocess.run([*runner, "decode", "--out", str(out), "--splits", "val", "--beams", beam, "--alphas", alpha,
@@ -53,24 +55,29 @@ def run_variant(runner: list[str], toolkit: str, data: Path, out: Path, minutes:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("toolkit", choices=["joeynmt", "opennmt"])
+    parser.add_argument("screen", help="a screen of screens.yaml: joeynmt, opennmt, opennmt-rnn")
     parser.add_argument("--only", nargs="+", help="these variants only (default: every one not yet recorded)")
     parser.add_argument("--minutes", type=float, help="training minutes per variant (default: the screen's)")
-    parser.add_argument("--out", type=Path, help="run folders (default runs/peers/screen/TOOLKIT)")
-    parser.add_argument("--record", type=Path, help="the JSON file (default results/peers/screen/TOOLKIT.json)")
+    parser.add_argument("--out", type=Path, help="run folders (default runs/peers/screen/SCREEN)")
+    parser.add_argument("--record", type=Path, help="the JSON file (default results/peers/screen/SCREEN.json)")
     parser.add_argument("--venv", type=Path, help="the toolkit's environment (default ../venvs/TOOLKIT)")
     parser.add_argument("--eval-lines", type=int, default=0, help="val: its first N pairs only (smoke tests)")
     args = parser.parse_args()
-    screen = yaml.safe_load((PEERS / "screens.yaml").read_text())[args.toolkit]
+    screens = yaml.safe_load((PEERS / "screens.yaml").read_text())
+    if args.screen not in screens:
+        raise SystemExit(f"no screen {args.screen!r} in screens.yaml (it has {', '.join(screens)})")
+    screen = screens[args.screen]
+    toolkit = screen.get("toolkit", args.screen)
+    recipe = PEERS / screen.get("recipe", f"{toolkit}.yaml")
     minutes = args.minutes or screen["minutes"]
-    out = args.out or ROOT / "runs" / "peers" / "screen" / args.toolkit
-    record_path = args.record or ROOT / "results" / "peers" / "screen" / f"{args.toolkit}.json"
-    venv = args.venv or ROOT.parent / "venvs" / args.toolkit
+    out = args.out or ROOT / "runs" / "peers" / "screen" / args.screen
+    record_path = args.record or ROOT / "results" / "peers" / "screen" / f"{args.screen}.json"
+    venv = args.venv or ROOT.parent / "venvs" / toolkit
     unknown = set(args.only or ()) - set(screen["variants"])
     if unknown:
-        raise SystemExit(f"no variant {', '.join(sorted(unknown))} in the {args.toolkit} screen of screens.yaml")
-    subprocess.run(["bash", str(PEERS / "venv.sh"), args.toolkit, str(venv)], check=True)
-    runner = [str(venv / "bin" / "python"), "-W", "ignore", str(PEERS / f"{args.toolkit}_run.py")]
+        raise SystemExit(f"no variant {', '.join(sorted(unknown))} in the {args.screen} screen of screens.yaml")
+    subprocess.run(["bash", str(PEERS / "venv.sh"), toolkit, str(venv)], check=True)
+    runner = [str(venv / "bin" / "python"), "-W", "ignore", str(PEERS / f"{toolkit}_run.py")]
     data = out / "data"
     if not (data / "vocab.txt").is_file():
         lines = ["--eval-lines", str(args.eval_lines)] if args.eval_lines else []
@@ -80,19 +87,20 @@ def main() -> None:
     names = args.only or [name for name in screen["variants"] if name not in done]
     for name in names:
         settings = [str(s) for s in screen["variants"][name]]
-        training = run_variant(runner, args.toolkit, data, out / name, minutes, settings, screen["decoding"])
-        row = variant_row(name, settings, training, training["val_bleu"], report.epoch_tokens(data))
+        training = run_variant(runner, recipe, data, out / name, minutes, settings, screen["decoding"])
+        commit = git_commit(outputs=[str(record_path.relative_to(ROOT))] if record_path.is_relative_to(ROOT) else [])
+        row = variant_row(name, settings, training, training["val_bleu"], report.epoch_tokens(data), commit)
         rows = [r for r in record["rows"] if r["variant"] != name] + [row]
-        record = {"toolkit": training["toolkit"], "version": training["toolkit_version"], "minutes": minutes,
+        record = {"toolkit": training["toolkit"], "version": training["toolkit_version"], "recipe": recipe.name,
+                  "architecture": training["architecture"], "minutes": minutes,
                   "decoding": screen["decoding"], "chosen_on": "val",
                   "rows": sorted(rows, key=lambda r: -r["val_bleu"]),
                   "command": shlex.join(["python", "scripts/peers/screen.py", *sys.argv[1:]]),
-                  "commit": git_commit(outputs=[str(record_path.relative_to(ROOT))] if record_path.is_relative_to(
-                      ROOT) else []),
-                  "machine": machine_description(), "threads": os.cpu_count()}
+                  "threads": os.cpu_count()}  # each row has its own commit and machine: a screen may resume
         record_path.parent.mkdir(parents=True, exist_ok=True)
         record_path.write_text(json.dumps(record, indent=1) + "\n")
-        print(f"{name}: val BLEU {row['val_bleu']:.2f} after {row['steps']} updates → {record_path}", file=sys.stderr)
+        print(f"{name}: val BLEU {row['val_bleu']:.2f} after {row['steps']} updates → {record_path}",
+              file=sys.stderr)
 
 
 if __name__ == "__main__":
