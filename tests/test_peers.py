@@ -22,6 +22,7 @@ sys.path.insert(0, str(PEERS))
 import budget  # noqa: E402
 import prepare  # noqa: E402
 import report  # noqa: E402
+import screen  # noqa: E402
 
 SMALL = PRESETS["small"]
 SENTENCES = ["Zwei junge Männer spielen Fußball.", "Two young men play football.", "Ein Hund läuft  im Schnee!",
@@ -221,3 +222,26 @@ def test_budget_records_the_load_when_training_starts_and_ends(tmp_path):
     clock.write(tmp_path / "training.json")
     load = json.loads((tmp_path / "training.json").read_text())["load_average"]
     assert set(load) == {"start", "end"} and all(len(v) == 3 and min(v) >= 0 for v in load.values())
+
+
+def test_a_screen_row_has_what_chapter_9_reads():
+    training = {"steps": 900, "tokens": 1_800_000, "train_minutes": 30.0, "tokens_per_s": 1000, "val_bleu": 31.4,
+                "curve": [{"step": 750, "valid_loss": 2.5}], "load_average": {"start": [2.0, 1.9, 1.5],
+                                                                               "end": [2.1, 2.0, 1.9]}}
+    row = screen.variant_row("w300", ["warmup_steps=300"], training, tokens_per_epoch=900_000, commit="abc")
+    assert {"variant", "settings", "val_bleu", "train_minutes", "steps", "epochs", "tokens_per_s", "load_average",
+            "machine", "commit", "valid_loss"} <= set(row)
+    assert (row["epochs"], row["valid_loss"], row["val_bleu"]) == (2.0, 2.5, 31.4)
+
+
+def test_budget_profiles_updates_and_padding(tmp_path):
+    clock = budget.Budget(minutes=1)
+    clock.spent()
+    clock.timed_update(time.sleep)(0.2)  # an update
+    time.sleep(0.2)  # the toolkit making its next batch
+    clock.count_positions(real=40, padded=100)
+    clock.count_positions(real=20, padded=50)
+    clock.stop()
+    clock.write(tmp_path / "training.json")
+    profile = json.loads((tmp_path / "training.json").read_text())["profile"]
+    assert profile["padding_share"] == 0.6 and 0.3 < profile["update_share"] < 0.7

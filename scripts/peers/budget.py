@@ -31,6 +31,8 @@ class Budget:
         self.curve: list[dict] = []
         self.losses: list[float] = []  # training loss of every update, as the toolkit reports it (label-smoothed)
         self.load_average: dict[str, list[float]] = {}  # os.getloadavg() when training began and when it ended
+        self.positions = {"real": 0, "padded": 0}  # token positions the model computed: all, and those not padding
+        self.update_seconds = 0.0  # inside the toolkit's forward, backward and optimizer step; the rest is data
 
     def seconds(self) -> float:
         "Training seconds so far (frozen during a pause and once training has ended)."
@@ -65,10 +67,31 @@ class Budget:
                 self.pause_started = None
         return wrapper
 
+    def timed_update(self, fn):
+        "`fn` (the toolkit's update: forward, backward, optimizer step) wrapped to add its time to update_seconds."
+        def wrapper(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.update_seconds += time.perf_counter() - start
+        return wrapper
+
+    def count_positions(self, real: int, padded: int) -> None:
+        "Add one batch's token positions: `real` ones and all `padded` ones the model computes (both sides)."
+        self.positions["real"] += real
+        self.positions["padded"] += padded
+
     def validated(self, step: int, valid_loss: float, **extra: float) -> None:
         "Add a point to the validation curve (`valid_loss`: mean negative log-likelihood per target token)."
         self.curve.append({"step": step, "train_minutes": round(self.seconds() / 60, 3),
                            "valid_loss": round(valid_loss, 5), **extra})
+
+    def profile(self) -> dict[str, float | None]:
+        "Where training time went: the share spent in updates, and the share of computed positions that are padding."
+        seconds, padded = self.seconds(), self.positions["padded"]
+        return {"update_share": round(self.update_seconds / seconds, 3) if seconds else None,
+                "padding_share": round(1 - self.positions["real"] / padded, 3) if padded else None}
 
     def write(self, path: Path, **facts) -> None:
         "Write what the run measured, with `facts` such as the toolkit's version and the checkpoint to decode."
@@ -76,7 +99,7 @@ class Budget:
                   "steps": self.steps, "tokens": self.tokens,
                   "tokens_per_s": round(self.tokens / max(self.seconds(), 1e-9)),
                   "train_loss_first_10": mean(self.losses[:10]), "train_loss_last_10": mean(self.losses[-10:]),
-                  "load_average": self.load_average, **facts, "curve": self.curve}
+                  "load_average": self.load_average, "profile": self.profile(), **facts, "curve": self.curve}
         Path(path).write_text(json.dumps(record, indent=1) + "\n")
 
 

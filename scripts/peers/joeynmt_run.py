@@ -10,6 +10,7 @@ from pathlib import Path
 
 import joeynmt
 import joeynmt.builders
+import torch
 import yaml
 from torch.optim.lr_scheduler import ReduceLROnPlateau
 from joeynmt.loss import XentLoss
@@ -39,14 +40,18 @@ def instrument(budget: Budget) -> list:
     train_step, validate, add_report = TrainManager._train_step, TrainManager._validate, TrainManager._add_report
     train_and_validate = TrainManager.train_and_validate
 
+    timed_step = budget.timed_update(train_step)  # forward, backward and the optimizer's step
+
     def budgeted_step(self, batch):
         if not trainers:
             trainers.append(self)
+        tokens_before = budget.tokens
         if budget.spent():  # this update still runs; the loop then ends as it does at max_updates
             self.stats.is_max_update = True
-        result = train_step(self, batch)
+        result = timed_step(self, batch)
         budget.losses.append(float(result[0]))  # per target token (normalization: tokens)
         budget.tokens += int(batch.src_length.sum()) + int(batch.ntokens)  # both sides, each with its </s>
+        budget.count_positions(budget.tokens - tokens_before, batch.src.numel() + batch.trg.numel())
         budget.steps = self.stats.steps + 1
         return result
 
@@ -94,7 +99,8 @@ def run_training(args: argparse.Namespace) -> None:
     budget.write(args.out / "training.json", toolkit="joeynmt", toolkit_version=joeynmt.__version__,
                  epochs=trainer.stats.epochs, checkpoint=str(args.out / "model" / "best.ckpt"),
                  checkpoint_choice="best validation perplexity (the recipe's early-stopping checkpoint)",
-                 settings=args.settings, architecture=architecture(cfg["model"]["encoder"]["type"]))
+                 settings=args.settings, architecture=architecture(cfg["model"]["encoder"]["type"]),
+                 threads=torch.get_num_threads())
 
 
 def run_decoding(args: argparse.Namespace) -> None:

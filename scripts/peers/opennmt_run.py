@@ -38,8 +38,10 @@ def instrument(budget: Budget) -> list:
                 budget.stop()
                 return
             for batch in batches:  # both sides, each with one end symbol (OpenNMT-py gives the source none)
-                budget.tokens += int(batch["srclen"].sum()) + len(batch["srclen"])
-                budget.tokens += int(batch["tgt"][:, 1:, 0].ne(pad).sum())
+                targets = batch["tgt"][:, 1:, 0]  # what the decoder predicts: after the start symbol
+                real = int(batch["srclen"].sum()) + int(targets.ne(pad).sum())
+                budget.tokens += real + len(batch["srclen"])
+                budget.count_positions(real, batch["src"][:, :, 0].numel() + targets.numel())
             yield batches, normalization
 
     def counted_accumulation(self, true_batches, normalization, total_stats, report_stats):
@@ -57,7 +59,7 @@ def instrument(budget: Budget) -> list:
         return stats
 
     Trainer._accum_batches = budgeted_batches
-    Trainer._gradient_accumulation = counted_accumulation
+    Trainer._gradient_accumulation = budget.timed_update(counted_accumulation)  # forward, backward, optimizer
     Trainer.validate = budget.excluded(recorded_validation)
     ModelSaver.save = budget.excluded(ModelSaver.save)
     return trainers
@@ -80,7 +82,7 @@ def run_training(args: argparse.Namespace) -> None:
     budget.write(args.out / "training.json", toolkit="opennmt-py", toolkit_version=onmt.__version__,
                  checkpoint=str(last), checkpoint_choice="the last checkpoint (as the recipe translates)",
                  settings=args.settings, architecture=architecture(cfg["encoder_type"]),
-                 moving_average=cfg.get("average_decay", 0))
+                 moving_average=cfg.get("average_decay", 0), threads=torch.get_num_threads())
 
 
 def run_decoding(args: argparse.Namespace) -> None:

@@ -26,15 +26,15 @@ ROOT = Path(__file__).resolve().parents[2]
 PEERS = ROOT / "scripts" / "peers"
 
 
-def variant_row(name: str, settings: list[str], training: dict, val_bleu: float, tokens_per_epoch: int,
-                commit: str) -> dict:
+def variant_row(name: str, settings: list[str], training: dict, tokens_per_epoch: int, commit: str) -> dict:
     "One row of the screen: the variant, its settings, its val BLEU and what its training measured."
     curve = training["curve"]
-    return {"variant": name, "settings": settings, "val_bleu": val_bleu, "steps": training["steps"],
+    return {"variant": name, "settings": settings, "val_bleu": training["val_bleu"], "steps": training["steps"],
             "epochs": round(training["tokens"] / tokens_per_epoch, 2), "train_minutes": training["train_minutes"],
             "tokens_per_s": training["tokens_per_s"],
-            "valid_loss": curve[-1]["valid_loss"] if curve else None,
-            "load_average": training["load_average"], "commit": commit, "machine": machine_description()}
+            "valid_loss": curve[-1]["valid_loss"] if curve else None, "curve": curve,  # rows compare at equal updates
+            "load_average": training["load_average"], "profile": training.get("profile"), "commit": commit,
+            "machine": machine_description()}
 
 
 def run_variant(runner: list[str], recipe: Path, data: Path, out: Path, minutes: float, settings: list[str],
@@ -62,6 +62,8 @@ def main() -> None:
     parser.add_argument("--record", type=Path, help="the JSON file (default results/peers/screen/SCREEN.json)")
     parser.add_argument("--venv", type=Path, help="the toolkit's environment (default ../venvs/TOOLKIT)")
     parser.add_argument("--eval-lines", type=int, default=0, help="val: its first N pairs only (smoke tests)")
+    parser.add_argument("--refresh", action="store_true",
+                        help="train nothing: give the recorded rows their validation curves from the run folders")
     args = parser.parse_args()
     screens = yaml.safe_load((PEERS / "screens.yaml").read_text())
     if args.screen not in screens:
@@ -76,20 +78,25 @@ def main() -> None:
     unknown = set(args.only or ()) - set(screen["variants"])
     if unknown:
         raise SystemExit(f"no variant {', '.join(sorted(unknown))} in the {args.screen} screen of screens.yaml")
+    record = json.loads(record_path.read_text()) if record_path.is_file() else {"rows": []}
+    if args.refresh:  # rows recorded before rows kept their curve
+        for row in record["rows"]:
+            row["curve"] = json.loads((out / row["variant"] / "training.json").read_text())["curve"]
+        record_path.write_text(json.dumps(record, indent=1) + "\n")
+        return
     subprocess.run(["bash", str(PEERS / "venv.sh"), toolkit, str(venv)], check=True)
     runner = [str(venv / "bin" / "python"), "-W", "ignore", str(PEERS / f"{toolkit}_run.py")]
     data = out / "data"
     if not (data / "vocab.txt").is_file():
         lines = ["--eval-lines", str(args.eval_lines)] if args.eval_lines else []
         subprocess.run([sys.executable, str(PEERS / "prepare.py"), "--out", str(data), *lines], check=True)
-    record = json.loads(record_path.read_text()) if record_path.is_file() else {"rows": []}
     done = {row["variant"] for row in record["rows"]}
     names = args.only or [name for name in screen["variants"] if name not in done]
     for name in names:
         settings = [str(s) for s in screen["variants"][name]]
         training = run_variant(runner, recipe, data, out / name, minutes, settings, screen["decoding"])
         commit = git_commit(outputs=[str(record_path.relative_to(ROOT))] if record_path.is_relative_to(ROOT) else [])
-        row = variant_row(name, settings, training, training["val_bleu"], report.epoch_tokens(data), commit)
+        row = variant_row(name, settings, training, report.epoch_tokens(data), commit)
         rows = [r for r in record["rows"] if r["variant"] != name] + [row]
         record = {"toolkit": training["toolkit"], "version": training["toolkit_version"], "recipe": recipe.name,
                   "architecture": training["architecture"], "minutes": minutes,
