@@ -124,15 +124,24 @@ def test_tuning_chooses_the_best_setting_on_val_with_our_bleu(tmp_path):
     references = ["Two young men play football.", "A dog runs in the snow!"]
     (tmp_path / "data" / "val.raw.en").write_text("".join(r + "\n" for r in references))
     (tmp_path / "hyp").mkdir()
-    outputs = {(4, 0.6): ["Two men play.", "A dog runs."], (4, 1.0): references, (6, 1.0): references}
-    for (beam, alpha), lines in outputs.items():
-        path = report.hypothesis_file(tmp_path, "val", beam, alpha)
+    short = ["Two men play.", "A dog runs."]
+    outputs = {(4, 0.6, "wu", "last"): short, (4, 1.0, "wu", "last"): references, (6, 1.0, "wu", "last"): references,
+               (5, None, "avg", "last"): short, (4, 1.0, "wu", "averaged"): references,
+               (6, 1.0, "wu", "averaged"): short, (5, None, "avg", "averaged"): references}
+    for (beam, alpha, penalty, checkpoint), lines in outputs.items():
+        path = report.hypothesis_file(tmp_path, "val", beam, alpha, penalty, checkpoint)
         path.write_text("".join(line + "\n" for line in prepare.token_lines(tokenizer, lines)))
-    grid = report.tune(tmp_path, [4, 6], [1.0]) + report.tune(tmp_path, [4], [0.6])
+    grid = report.tune(tmp_path, report.decoding_grid([4, 6], [1.0]) + report.decoding_grid([4], [0.6]))
     assert [(row["beam"], row["alpha"], row["val_bleu"]) for row in grid[:2]] == [(4, 1.0, 100.0), (6, 1.0, 100.0)]
     assert grid[2]["val_bleu"] < 100.0  # the shorter hypotheses score lower
     with pytest.raises(SystemExit, match="beam 6, α 0.6"):  # a translation that was never made: one clear line
-        report.tune(tmp_path, [4, 6], [0.6, 1.0])
+        report.tune(tmp_path, report.decoding_grid([4, 6], [0.6, 1.0]))
+    both = report.tune(tmp_path, report.decoding_grid([4, 6], [1.0], ("last", "averaged"), ("5:avg",)))
+    assert len(both) == 6 and [(r["checkpoint"], r["beam"], r["length_penalty"]) for r in both[:4]] == [
+        ("last", 4, "wu"), ("last", 6, "wu"), ("averaged", 4, "wu"), ("averaged", 5, "avg")]  # ties: the simpler
+    assert both[3]["alpha"] is None and both[-1]["val_bleu"] < 100.0
+    with pytest.raises(SystemExit, match="beam 5, α 1: "):  # 5:avg of the last checkpoint was made, 5:1.0 not
+        report.tune(tmp_path, report.decoding_grid([4], [1.0], ("last",), ("5:avg", "5:1.0")))
 
 
 def test_report_has_the_fields_the_chapter_reads():
@@ -140,10 +149,14 @@ def test_report_has_the_fields_the_chapter_reads():
                 "steps": 3000, "tokens": 14_400_000, "tokens_per_s": 4000, "checkpoint_choice": "the last checkpoint",
                 "train_loss_first_10": 9.1, "train_loss_last_10": 3.2,
                 "curve": [{"step": 250, "train_minutes": 5.0, "valid_loss": 3.1}]}
-    grid = [{"beam": 6, "alpha": 1.2, "val_bleu": 40.0}, {"beam": 4, "alpha": 0.6, "val_bleu": 39.0}]
+    grid = [{"checkpoint": "last", "beam": 6, "alpha": 1.2, "length_penalty": "wu", "val_bleu": 40.0},
+            {"checkpoint": "averaged", "beam": 4, "alpha": 0.6, "length_penalty": "wu", "val_bleu": 39.0}]
     scores = {"test2016": 41.0, "test2017": 36.0, "mscoco2017": 28.0}
     record = report.peer_record(training, grid, scores, "nrefs:1|…", "bash scripts/peers/run.sh opennmt", "abc",
-                                "some CPU", tokens_per_epoch=900_000)
+                                "some CPU", tokens_per_epoch=900_000, averaged=["model_step_2750.pt", "…"])
+    assert record["checkpoint"] == "the last checkpoint" and record["averaged_checkpoints"][0] == "model_step_2750.pt"
+    averaged = report.peer_record(training, grid[::-1], scores, "", "", "", "", 900_000, ["a.pt", "b.pt"])
+    assert averaged["checkpoint"] == "the average of its last 2 checkpoints" and averaged["beam_size"] == 4
     for key in ("toolkit", "version", "train_minutes", "steps", "epochs", "tokens_per_s", "test2016_sacrebleu",
                 "command", "commit", "machine", "validation_curve", "sacrebleu_signature"):
         assert key in record, key
@@ -188,6 +201,66 @@ def test_settings_change_only_what_the_recipe_has():
 def test_each_decoding_setting_has_its_own_file():
     names = {budget.hypothesis_name("val", 5, a, p) for a in (0.6, 1.0) for p in ("wu", "avg")}
     assert names == {"val.b5.a0.6.tok", "val.b5.a1.tok", "val.b5.avg.tok"}  # avg has no α
+    assert budget.hypothesis_name("test2016", 4, 1.2, "wu", "averaged") == "averaged.test2016.b4.a1.2.tok"
+    with pytest.raises(ValueError, match="checkpoint is one of"):
+        budget.hypothesis_name("val", 4, 1.0, "wu", "best")
+
+
+def test_a_toolkit_default_decoding_joins_the_grid_once():
+    grid = report.decoding_grid([4, 6], [1.0], ("last", "averaged"), ("5:avg", "4:1.0"))
+    assert len(grid) == 2 * 3
+    assert {"checkpoint": "averaged", "beam": 5, "alpha": None, "length_penalty": "avg"} in grid
+    assert report.parse_also("5:1.0") == (5, 1.0, "wu")
+    for bad in ("5", "avg:5", "five:avg"):
+        with pytest.raises(SystemExit, match="BEAM:ALPHA or BEAM:avg"):
+            report.parse_also(bad)
+
+
+def test_a_run_seed_is_read_from_its_settings():
+    assert report.seed_setting(["batch_size=2048", "seed=2"]) == 2
+    assert report.seed_setting(["training.random_seed=7", "+model.x=1"]) == 7
+    assert report.seed_setting(["warmup_steps=300"]) is None  # the recipe's own seed
+
+
+def seed_report(seed: int, test2016: float, **changes) -> dict:
+    "A seed's report as `report.peer_record` writes it, with only the fields `combined_record` reads."
+    return {"toolkit": "opennmt-py", "version": "3.5.1", "architecture": "transformer", "seed": seed,
+            "settings": ["batch_size=2048", f"seed={seed}", "keep_checkpoint=5"],
+            "sacrebleu": {"test2016": test2016, "test2017": 36.0}, "checkpoint": "the average of its last 5",
+            "averaged_checkpoints": ["a", "b", "c", "d", "e"], "train_minutes": 60.0, "steps": 4400 + seed,
+            "epochs": 17.0, "tokens_per_s": 4400, "commit": "abc", "machine": "some CPU",
+            "load_average": {"start": [2.0, 1.0, 1.0], "end": [2.0, 2.0, 2.0]},
+            "tuning": [{"checkpoint": "averaged", "beam": 5, "alpha": None, "length_penalty": "avg",
+                        "val_bleu": 41.5},
+                       {"checkpoint": "last", "beam": 4, "alpha": 1.0, "length_penalty": "wu", "val_bleu": 41.0}],
+            **changes}
+
+
+def test_a_toolkit_report_combines_its_seeds_its_screen_and_its_recipe():
+    runs = {"results/peers/x/seed-1.json": seed_report(1, 40.0), "results/peers/x/seed-2.json": seed_report(2, 41.0)}
+    screen = {"minutes": 30, "rows": [{"variant": "batch2k", "settings": ["batch_size=2048"], "val_bleu": 34.7,
+                                       "steps": 2210},
+                                      {"variant": "w300", "settings": ["warmup_steps=300"], "val_bleu": 33.3,
+                                       "steps": 1091}]}
+    recipe = seed_report(1, 39.9, tuning=[{"beam": 4, "alpha": 1.2, "val_bleu": 40.4}], machine="another CPU")
+    record = report.combined_record(runs, screen, ("results/peers/x/recipe.json", recipe))
+    assert record["sacrebleu"] == {"test2016": 40.5, "test2017": 36.0} and record["test2016_sacrebleu"] == 40.5
+    assert [s["seed"] for s in record["seeds"]] == [1, 2] and record["seeds"][0]["test2016"] == 40.0
+    assert record["seeds"][0]["val_bleu"] == 41.5 and record["seeds"][0]["val_bleu_grid"] == 41.0
+    assert record["variant"] == "batch2k" and [r["variant"] for r in record["search"]] == ["batch2k", "w300"]
+    assert record["settings"] == ["batch_size=2048", "keep_checkpoint=5"] and record["averaged_checkpoints"] == 5
+    assert record["recipe_run"]["val_bleu_grid"] == 40.4 and record["steps"] == 4402
+    assert [load["seed"] for load in record["load_average"]] == [1, 2]
+    bad = [({"results/b.json": seed_report(2, 41.0, settings=["batch_size=4096", "seed=2"])}, "more than their seed"),
+           ({"results/b.json": seed_report(2, 41.0, machine="another CPU")}, "different machines"),
+           ({"results/b.json": seed_report(1, 41.0)}, "same seed")]
+    for other, problem in bad:
+        with pytest.raises(SystemExit, match=problem):
+            report.combined_record({"results/a.json": seed_report(1, 40.0)} | other)
+    with pytest.raises(SystemExit, match="not the screen's best variant, w300"):
+        report.combined_record(runs, {"minutes": 30, "rows": screen["rows"][::-1]})
+    alone = report.combined_record({"results/peers/x/recipe.json": recipe})
+    assert alone["variant"] == "the published recipe" and alone["search"] == [] and alone["seeds"][0]["seed"] == 1
 
 
 def test_screen_variants_change_real_settings_and_keep_or_say_their_peak_rate():

@@ -104,7 +104,7 @@ class Budget:
 
 
 def runner_arguments(description: str) -> argparse.Namespace:
-    "The command line both launchers take: `train` (config, data, output, minutes) or `decode` (splits, beams, α)."
+    "The launchers' command line: `train` (config, data, output, minutes), `decode` (splits, beams, α), `average`."
     parser = argparse.ArgumentParser(description=description)
     commands = parser.add_subparsers(dest="command", required=True)
     training = commands.add_parser("train")
@@ -123,6 +123,10 @@ def runner_arguments(description: str) -> argparse.Namespace:
     decoding.add_argument("--alphas", type=float, nargs="+", required=True)
     decoding.add_argument("--length-penalty", choices=("wu", "avg"), default="wu",
                           help="GNMT's penalty with each α (wu), or OpenNMT-py's default: the mean log-probability")
+    decoding.add_argument("--checkpoint", choices=CHECKPOINTS, default="last",
+                          help="the last checkpoint, or the average that `average` wrote")
+    averaging = commands.add_parser("average", help="average the checkpoints the run kept (OUT/averaged.json)")
+    averaging.add_argument("--out", type=Path, required=True)
     return parser.parse_args()
 
 
@@ -131,10 +135,15 @@ def architecture(encoder_type: str) -> str:
     return "transformer" if encoder_type == "transformer" else "recurrent"
 
 
-def hypothesis_name(split: str, beam: int, alpha: float, length_penalty: str = "wu") -> str:
-    "The file name of a split's token hypotheses at one decoding setting (`avg` takes no α)."
+CHECKPOINTS = ("last", "averaged")  # what a run translates: its last checkpoint, or the average of the kept ones
+
+
+def hypothesis_name(split: str, beam: int, alpha: float, length_penalty: str = "wu", checkpoint: str = "last") -> str:
+    "The file name of a split's token hypotheses at one decoding setting (`avg` takes no α) of one checkpoint."
+    if checkpoint not in CHECKPOINTS:
+        raise ValueError(f"checkpoint is one of {CHECKPOINTS}, got {checkpoint!r}")
     penalty = "avg" if length_penalty == "avg" else f"a{alpha:g}"
-    return f"{split}.b{beam}.{penalty}.tok"
+    return ("averaged." if checkpoint == "averaged" else "") + f"{split}.b{beam}.{penalty}.tok"
 
 
 def fill_config(template: Path, data: Path, out: Path) -> dict:

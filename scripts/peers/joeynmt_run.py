@@ -107,6 +107,8 @@ def run_decoding(args: argparse.Namespace) -> None:
     "Translate each split with each beam size and α; token hypotheses go to OUT/hyp (`hypothesis_name`)."
     if args.length_penalty != "wu":
         raise SystemExit("Joey NMT has one length penalty, GNMT's with α: --length-penalty avg is OpenNMT-py's")
+    if args.checkpoint != "last":
+        raise SystemExit("this launcher translates Joey NMT's own best checkpoint; it averages none yet")
     cfg = yaml.safe_load((args.out / "config.yaml").read_text())
     cfg["testing"]["load_model"] = str(args.out / "model" / "best.ckpt")
     data = Path(cfg["data"]["dev"]).parent
@@ -128,4 +130,6 @@ def run_decoding(args: argparse.Namespace) -> None:
 
 if __name__ == "__main__":
     parsed_args = runner_arguments(__doc__.splitlines()[0])
+    if parsed_args.command == "average":
+        raise SystemExit("this launcher averages no Joey NMT checkpoints yet: it translates the best one")
     {"train": run_training, "decode": run_decoding}[parsed_args.command](parsed_args)

@@ -2,9 +2,11 @@
 virtual environment (scripts/peers/run.sh makes it).
 
     python opennmt_run.py train --config opennmt.yaml --data DATA --out OUT --minutes 60
-    python opennmt_run.py decode --out OUT --splits val --beams 4 6 --alphas 0.6 1.0
+    python opennmt_run.py decode --out OUT --splits val --beams 4 6 --alphas 0.6 1.0 [--checkpoint averaged]
+    python opennmt_run.py average --out OUT      # the kept checkpoints' average, with OpenNMT-py's average_models
 """
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -14,6 +16,7 @@ os.environ.setdefault("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "1")  # before torch l
 import onmt  # noqa: E402
 import torch  # noqa: E402
 import yaml  # noqa: E402
+from onmt.bin.average_models import average_models  # noqa: E402
 from onmt.bin.train import _get_parser, train  # noqa: E402
 from onmt.models.model_saver import ModelSaver  # noqa: E402
 from onmt.trainer import Trainer  # noqa: E402
@@ -85,17 +88,46 @@ def run_training(args: argparse.Namespace) -> None:
                  moving_average=cfg.get("average_decay", 0), threads=torch.get_num_threads())
 
 
+def kept_checkpoints(out: Path) -> list[Path]:
+    "The checkpoints a run kept (`keep_checkpoint` of them), oldest first."
+    return sorted((out / "model").glob("model_step_*.pt"), key=lambda path: int(path.stem.rsplit("_", 1)[1]))
+
+
+def run_averaging(args: argparse.Namespace) -> None:
+    "Average the kept checkpoints with OpenNMT-py's own `average_models`; OUT/averaged.json says which."
+    paths = kept_checkpoints(args.out)
+    if len(paths) < 2:
+        raise SystemExit(f"{args.out / 'model'} keeps {len(paths)} checkpoint(s): set keep_checkpoint and "
+                         "save_checkpoint_steps so that a run keeps several to average")
+    output = args.out / "model" / "averaged.pt"
+    partial = output.with_name(output.name + ".partial")  # never a half-written file under the final name
+    torch.save(average_models([str(path) for path in paths]), partial)
+    partial.replace(output)
+    (args.out / "averaged.json").write_text(json.dumps(
+        {"checkpoint": str(output), "averaged": [path.name for path in paths]}, indent=1) + "\n")
+    print(f"averaged {len(paths)} checkpoints → {output}", file=sys.stderr)
+
+
+def decoded_checkpoint(out: Path, checkpoint: str) -> str:
+    "The file of the run's last checkpoint, or of the average of its kept ones."
+    if checkpoint == "last":
+        return json.loads((out / "training.json").read_text())["checkpoint"]
+    if not (out / "averaged.json").is_file():
+        raise SystemExit(f"{out} has no averaged checkpoint: run `average --out {out}` first")
+    return json.loads((out / "averaged.json").read_text())["checkpoint"]
+
+
 def run_decoding(args: argparse.Namespace) -> None:
     "Translate each split with each beam size and α; token hypotheses go to OUT/hyp (`hypothesis_name`)."
-    training = yaml.safe_load((args.out / "training.json").read_text())
+    model = decoded_checkpoint(args.out, args.checkpoint)
     data = Path(yaml.safe_load((args.out / "config.yaml").read_text())["src_vocab"]).parent
     (args.out / "hyp").mkdir(exist_ok=True)
     alphas = args.alphas if args.length_penalty == "wu" else args.alphas[:1]  # avg has no α
     for split in args.splits:
         for beam in args.beams:
             for alpha in alphas:
-                path = args.out / "hyp" / hypothesis_name(split, beam, alpha, args.length_penalty)
-                subprocess.run([sys.executable, "-m", "onmt.bin.translate", "-model", training["checkpoint"],
+                path = args.out / "hyp" / hypothesis_name(split, beam, alpha, args.length_penalty, args.checkpoint)
+                subprocess.run([sys.executable, "-m", "onmt.bin.translate", "-model", model,
                                 "-src", str(data / f"{split}.de"), "-output", str(path), "-beam_size", str(beam),
                                 "-length_penalty", args.length_penalty, "-alpha", str(alpha), "-batch_type",
                                 "tokens", "-batch_size", "2048"], check=True)
@@ -104,4 +136,4 @@ def run_decoding(args: argparse.Namespace) -> None:
 
 if __name__ == "__main__":
     parsed_args = runner_arguments(__doc__.splitlines()[0])
-    {"train": run_training, "decode": run_decoding}[parsed_args.command](parsed_args)
+    {"train": run_training, "decode": run_decoding, "average": run_averaging}[parsed_args.command](parsed_args)

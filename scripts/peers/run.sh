@@ -2,11 +2,16 @@
 # One peer toolkit, trained and scored under the same conditions as our full run (scripts/multi30k.sh); README.md
 # in this folder says what "the same" means and where each recipe comes from. Run after scripts/setup.sh:
 #
-#   nice -n 10 bash scripts/peers/run.sh joeynmt     # → results/peers/joeynmt.json (60 training minutes)
-#   nice -n 10 bash scripts/peers/run.sh opennmt     # → results/peers/opennmt.json
+#   PEER_REPORT=results/peers/joeynmt/recipe.json nice -n 10 bash scripts/peers/run.sh joeynmt   # 60 minutes
+#   PEER_SET="batch_size=2048 warmup_steps=550 learning_rate=0.5244 seed=2 save_checkpoint_steps=250 \
+#     keep_checkpoint=5" PEER_REPORT=results/peers/opennmt/seed-2.json nice -n 10 bash scripts/peers/run.sh opennmt
+#
+# Decoding is chosen on val over our grid and the toolkit's own default (OpenNMT-py: beam 5, mean log-probability;
+# Joey NMT: beam 5, α 1.0), with the last checkpoint and, where the run kept several (OpenNMT-py's keep_checkpoint),
+# with their average (OpenNMT-py's own average_models); then the test sets are translated once with the choice.
 #
 # Settings (environment): PEER_MINUTES (training budget, default 60), PEER_OUT (run folder, default
-# runs/peers/TOOLKIT), PEER_REPORT (default results/peers/TOOLKIT.json), PEER_VENV (the toolkit's own virtual
+# runs/peers/TOOLKIT), PEER_REPORT (default results/peers/TOOLKIT/run.json), PEER_VENV (the toolkit's own virtual
 # environment, default ../venvs/TOOLKIT beside the checkout; made on first use), PEER_RECIPE (default
 # scripts/peers/TOOLKIT.yaml; scripts/peers/opennmt-rnn.yaml is OpenNMT-py's recurrent model), PEER_SET (changes to
 # the recipe, "KEY=VALUE …": a screen's winner, a seed), PEER_BEAMS and PEER_ALPHAS (the decoding grid tuned on val,
@@ -26,7 +31,7 @@ esac
 source scripts/env.sh
 MINUTES=${PEER_MINUTES:-60}
 OUT=${PEER_OUT:-runs/peers/$TOOLKIT}
-REPORT=${PEER_REPORT:-results/peers/$TOOLKIT.json}
+REPORT=${PEER_REPORT:-results/peers/$TOOLKIT/run.json}
 VENV=${PEER_VENV:-../venvs/$TOOLKIT}
 read -r -a BEAMS <<< "${PEER_BEAMS:-4 6}"
 read -r -a ALPHAS <<< "${PEER_ALPHAS:-0.6 0.8 1.0 1.2 1.4 1.6}"
@@ -41,8 +46,25 @@ RECIPE=${PEER_RECIPE:-scripts/peers/$TOOLKIT.yaml}
 python scripts/peers/prepare.py --out "$OUT/data" ${PEER_EVAL_LINES:+--eval-lines "$PEER_EVAL_LINES"}
 "${RUNNER[@]}" train --config "$RECIPE" --data "$OUT/data" --out "$OUT" --minutes "$MINUTES" \
   ${PEER_VALID_EVERY:+--valid-every "$PEER_VALID_EVERY"} --set "${SETTINGS_CHANGED[@]}"
-"${RUNNER[@]}" decode --out "$OUT" --splits val --beams "${BEAMS[@]}" --alphas "${ALPHAS[@]}"
-read -r BEAM ALPHA < <(python scripts/peers/report.py choose --out "$OUT" --beams "${BEAMS[@]}" --alphas "${ALPHAS[@]}")
-"${RUNNER[@]}" decode --out "$OUT" --splits test2016 test2017 mscoco2017 --beams "$BEAM" --alphas "$ALPHA"
-python scripts/peers/report.py write --out "$OUT" --beams "${BEAMS[@]}" --alphas "${ALPHAS[@]}" --report "$REPORT" \
+CHECKPOINTS=(last)  # and the average of the kept checkpoints, where the run kept several (PEER_SET's keep_checkpoint)
+if [ "$TOOLKIT" = opennmt ] && [ "$(find "$OUT/model" -name 'model_step_*.pt' | wc -l)" -gt 1 ]; then
+  "${RUNNER[@]}" average --out "$OUT"
+  CHECKPOINTS+=(averaged)
+fi
+case "$TOOLKIT" in  # the toolkit's own default decoding joins the grid
+  opennmt) DEFAULT=(5 0 avg) ;;  # onmt_translate: beam 5, mean log-probability
+  joeynmt) DEFAULT=(5 1.0 wu) ;;  # the recipe's testing section: beam 5, α 1.0
+esac
+for CHECKPOINT in "${CHECKPOINTS[@]}"; do
+  "${RUNNER[@]}" decode --out "$OUT" --splits val --beams "${BEAMS[@]}" --alphas "${ALPHAS[@]}" \
+    --checkpoint "$CHECKPOINT"
+  "${RUNNER[@]}" decode --out "$OUT" --splits val --beams "${DEFAULT[0]}" --alphas "${DEFAULT[1]}" \
+    --length-penalty "${DEFAULT[2]}" --checkpoint "$CHECKPOINT"
+done
+GRID=(--out "$OUT" --beams "${BEAMS[@]}" --alphas "${ALPHAS[@]}" --checkpoints "${CHECKPOINTS[@]}"
+      --also "${DEFAULT[0]}:$([ "${DEFAULT[2]}" = avg ] && echo avg || echo "${DEFAULT[1]}")")
+read -r CHECKPOINT BEAM ALPHA PENALTY < <(python scripts/peers/report.py choose "${GRID[@]}")
+"${RUNNER[@]}" decode --out "$OUT" --splits test2016 test2017 mscoco2017 --beams "$BEAM" --alphas "$ALPHA" \
+  --length-penalty "$PENALTY" --checkpoint "$CHECKPOINT"
+python scripts/peers/report.py write "${GRID[@]}" --report "$REPORT" \
   --command "$SETTINGS bash scripts/peers/run.sh $TOOLKIT"
