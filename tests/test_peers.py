@@ -4,6 +4,7 @@ validation out, tuning and the report carry what the chapter's table and chart r
 
 import json
 import math
+import os
 import subprocess
 import sys
 import time
@@ -181,6 +182,12 @@ def test_signature_warning_names_both_signatures(tmp_path):
 def test_run_names_the_toolkits_it_knows():
     done = subprocess.run(["bash", str(PEERS / "run.sh"), "fairseq"], capture_output=True, text=True)
     assert done.returncode == 2 and "joeynmt|opennmt" in done.stderr and "fairseq" in done.stderr
+
+
+def test_evaluating_a_run_needs_a_trained_one(tmp_path):
+    done = subprocess.run(["bash", str(PEERS / "run.sh"), "opennmt"], capture_output=True, text=True,
+                          env=os.environ | {"PEER_EVALUATE_ONLY": "1", "PEER_OUT": str(tmp_path)})
+    assert done.returncode == 2 and f"{tmp_path} holds no trained run" in done.stderr
 
 
 def test_settings_change_only_what_the_recipe_has():

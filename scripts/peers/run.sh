@@ -16,7 +16,8 @@
 # scripts/peers/TOOLKIT.yaml; scripts/peers/opennmt-rnn.yaml is OpenNMT-py's recurrent model), PEER_SET (changes to
 # the recipe, "KEY=VALUE …": a screen's winner, a seed), PEER_BEAMS and PEER_ALPHAS (the decoding grid tuned on val,
 # default ours: 4 6 and 0.6 … 1.6), PEER_VALID_EVERY (validate every N updates instead of the recipe's 250) and
-# PEER_EVAL_LINES (validate, tune and test on the first N pairs of each set only): the last two for smoke tests. A
+# PEER_EVAL_LINES (validate, tune and test on the first N pairs of each set only): the last two for smoke tests;
+# PEER_EVALUATE_ONLY=1 skips training and evaluates the run in PEER_OUT that the same command trained. A
 # short smoke test that writes nothing into the repository:
 #
 #   PEER_MINUTES=3 PEER_VALID_EVERY=5 PEER_EVAL_LINES=40 PEER_BEAMS=4 PEER_ALPHAS="0.6 1.0" \
@@ -36,16 +37,24 @@ VENV=${PEER_VENV:-../venvs/$TOOLKIT}
 read -r -a BEAMS <<< "${PEER_BEAMS:-4 6}"
 read -r -a ALPHAS <<< "${PEER_ALPHAS:-0.6 0.8 1.0 1.2 1.4 1.6}"
 read -r -a SETTINGS_CHANGED <<< "${PEER_SET:-}"  # KEY=VALUE changes to the recipe: a screen's winner, a seed
+if [ -n "${PEER_EVALUATE_ONLY:-}" ] && [ ! -f "$OUT/training.json" ]; then
+  echo "PEER_EVALUATE_ONLY: $OUT holds no trained run (no training.json); run without it to train" >&2
+  exit 2
+fi
 
 bash scripts/peers/venv.sh "$TOOLKIT" "$VENV"
 
 SETTINGS="PEER_MINUTES=$MINUTES"  # the command, with every setting that differs from the defaults
-for name in $(compgen -v PEER_ | grep -v '^PEER_MINUTES$' | sort); do SETTINGS+=" $name=$(printf %q "${!name}")"; done
+for name in $(compgen -v PEER_ | grep -Ev '^PEER_(MINUTES|EVALUATE_ONLY)$' | sort); do
+  SETTINGS+=" $name=$(printf %q "${!name}")"
+done
 RUNNER=("$VENV/bin/python" -W ignore "scripts/peers/${TOOLKIT}_run.py")
 RECIPE=${PEER_RECIPE:-scripts/peers/$TOOLKIT.yaml}
-python scripts/peers/prepare.py --out "$OUT/data" ${PEER_EVAL_LINES:+--eval-lines "$PEER_EVAL_LINES"}
-"${RUNNER[@]}" train --config "$RECIPE" --data "$OUT/data" --out "$OUT" --minutes "$MINUTES" \
-  ${PEER_VALID_EVERY:+--valid-every "$PEER_VALID_EVERY"} --set "${SETTINGS_CHANGED[@]}"
+if [ -z "${PEER_EVALUATE_ONLY:-}" ]; then
+  python scripts/peers/prepare.py --out "$OUT/data" ${PEER_EVAL_LINES:+--eval-lines "$PEER_EVAL_LINES"}
+  "${RUNNER[@]}" train --config "$RECIPE" --data "$OUT/data" --out "$OUT" --minutes "$MINUTES" \
+    ${PEER_VALID_EVERY:+--valid-every "$PEER_VALID_EVERY"} --set "${SETTINGS_CHANGED[@]}"
+fi
 CHECKPOINTS=(last)  # and the average of the kept checkpoints, where the run kept several (PEER_SET's keep_checkpoint)
 if [ "$TOOLKIT" = opennmt ] && [ "$(find "$OUT/model" -name 'model_step_*.pt' | wc -l)" -gt 1 ]; then
   "${RUNNER[@]}" average --out "$OUT"
