@@ -126,8 +126,8 @@ def test_tuning_chooses_the_best_setting_on_val_with_our_bleu(tmp_path):
     (tmp_path / "data" / "val.raw.en").write_text("".join(r + "\n" for r in references))
     (tmp_path / "hyp").mkdir()
     short = ["Two men play.", "A dog runs."]
-    outputs = {(4, 0.6, "wu", "last"): short, (4, 1.0, "wu", "last"): references, (6, 1.0, "wu", "last"): references,
-               (5, None, "avg", "last"): short, (4, 1.0, "wu", "averaged"): references,
+    outputs = {(4, 0.6, "wu", "recipe"): short, (4, 1.0, "wu", "recipe"): references, (6, 1.0, "wu", "recipe"): references,
+               (5, None, "avg", "recipe"): short, (4, 1.0, "wu", "averaged"): references,
                (6, 1.0, "wu", "averaged"): short, (5, None, "avg", "averaged"): references}
     for (beam, alpha, penalty, checkpoint), lines in outputs.items():
         path = report.hypothesis_file(tmp_path, "val", beam, alpha, penalty, checkpoint)
@@ -137,12 +137,12 @@ def test_tuning_chooses_the_best_setting_on_val_with_our_bleu(tmp_path):
     assert grid[2]["val_bleu"] < 100.0  # the shorter hypotheses score lower
     with pytest.raises(SystemExit, match="beam 6, α 0.6"):  # a translation that was never made: one clear line
         report.tune(tmp_path, report.decoding_grid([4, 6], [0.6, 1.0]))
-    both = report.tune(tmp_path, report.decoding_grid([4, 6], [1.0], ("last", "averaged"), ("5:avg",)))
+    both = report.tune(tmp_path, report.decoding_grid([4, 6], [1.0], ("recipe", "averaged"), ("5:avg",)))
     assert len(both) == 6 and [(r["checkpoint"], r["beam"], r["length_penalty"]) for r in both[:4]] == [
-        ("last", 4, "wu"), ("last", 6, "wu"), ("averaged", 4, "wu"), ("averaged", 5, "avg")]  # ties: the simpler
+        ("recipe", 4, "wu"), ("recipe", 6, "wu"), ("averaged", 4, "wu"), ("averaged", 5, "avg")]  # ties: the simpler
     assert both[3]["alpha"] is None and both[-1]["val_bleu"] < 100.0
     with pytest.raises(SystemExit, match="beam 5, α 1: "):  # 5:avg of the last checkpoint was made, 5:1.0 not
-        report.tune(tmp_path, report.decoding_grid([4], [1.0], ("last",), ("5:avg", "5:1.0")))
+        report.tune(tmp_path, report.decoding_grid([4], [1.0], ("recipe",), ("5:avg", "5:1.0")))
 
 
 def test_report_has_the_fields_the_chapter_reads():
@@ -150,7 +150,7 @@ def test_report_has_the_fields_the_chapter_reads():
                 "steps": 3000, "tokens": 14_400_000, "tokens_per_s": 4000, "checkpoint_choice": "the last checkpoint",
                 "train_loss_first_10": 9.1, "train_loss_last_10": 3.2,
                 "curve": [{"step": 250, "train_minutes": 5.0, "valid_loss": 3.1}]}
-    grid = [{"checkpoint": "last", "beam": 6, "alpha": 1.2, "length_penalty": "wu", "val_bleu": 40.0},
+    grid = [{"checkpoint": "recipe", "beam": 6, "alpha": 1.2, "length_penalty": "wu", "val_bleu": 40.0},
             {"checkpoint": "averaged", "beam": 4, "alpha": 0.6, "length_penalty": "wu", "val_bleu": 39.0}]
     scores = {"test2016": 41.0, "test2017": 36.0, "mscoco2017": 28.0}
     record = report.peer_record(training, grid, scores, "nrefs:1|…", "bash scripts/peers/run.sh opennmt", "abc",
@@ -184,6 +184,12 @@ def test_run_names_the_toolkits_it_knows():
     assert done.returncode == 2 and "joeynmt|opennmt" in done.stderr and "fairseq" in done.stderr
 
 
+def test_a_changed_recipe_names_its_report():
+    done = subprocess.run(["bash", str(PEERS / "run.sh"), "opennmt"], capture_output=True, text=True,
+                          env=os.environ | {"PEER_SET": "seed=2"})  # not over the published recipe's report
+    assert done.returncode == 2 and "name the report" in done.stderr
+
+
 def test_evaluating_a_run_needs_a_trained_one(tmp_path):
     done = subprocess.run(["bash", str(PEERS / "run.sh"), "opennmt"], capture_output=True, text=True,
                           env=os.environ | {"PEER_EVALUATE_ONLY": "1", "PEER_OUT": str(tmp_path)})
@@ -214,13 +220,29 @@ def test_each_decoding_setting_has_its_own_file():
 
 
 def test_a_toolkit_default_decoding_joins_the_grid_once():
-    grid = report.decoding_grid([4, 6], [1.0], ("last", "averaged"), ("5:avg", "4:1.0"))
+    grid = report.decoding_grid([4, 6], [1.0], ("recipe", "averaged"), ("5:avg", "4:1.0"))
     assert len(grid) == 2 * 3
     assert {"checkpoint": "averaged", "beam": 5, "alpha": None, "length_penalty": "avg"} in grid
     assert report.parse_also("5:1.0") == (5, 1.0, "wu")
-    for bad in ("5", "avg:5", "five:avg"):
+    for bad in ("5", "avg:5", "five:avg", "5:", "5:x"):
         with pytest.raises(SystemExit, match="BEAM:ALPHA or BEAM:avg"):
             report.parse_also(bad)
+
+
+def test_the_chosen_setting_reaches_the_launcher_as_the_file_it_scores():
+    for best in report.decoding_grid([4], [1.2], ("recipe", "averaged"), ("5:avg",)):
+        checkpoint, beam, alpha, penalty = report.choice_line(best).split()  # as run.sh reads it
+        decoded = budget.hypothesis_name("test2016", int(beam), float(alpha), penalty, checkpoint)  # the launcher's
+        assert decoded == report.hypothesis_file(Path("."), "test2016", best["beam"], best["alpha"],
+                                                 best["length_penalty"], best["checkpoint"]).name
+
+
+def test_a_run_folder_is_evaluated_only_by_the_command_that_trained_it():
+    training = {"budget_minutes": 60.0, "settings": ["batch_size=2048", "seed=1"]}
+    report.check_run(training, 60.0, ["batch_size=2048", "seed=1"])
+    for minutes, settings in ((60.0, ["batch_size=2048", "seed=2"]), (30.0, ["batch_size=2048", "seed=1"])):
+        with pytest.raises(SystemExit, match="another run's folder"):
+            report.check_run(training, minutes, settings)
 
 
 def test_a_run_seed_is_read_from_its_settings():
@@ -234,12 +256,13 @@ def seed_report(seed: int, test2016: float, **changes) -> dict:
     return {"toolkit": "opennmt-py", "version": "3.5.1", "architecture": "transformer", "seed": seed,
             "settings": ["batch_size=2048", f"seed={seed}", "keep_checkpoint=5"],
             "sacrebleu": {"test2016": test2016, "test2017": 36.0}, "checkpoint": "the average of its last 5",
-            "averaged_checkpoints": ["a", "b", "c", "d", "e"], "train_minutes": 60.0, "steps": 4400 + seed,
+            "averaged_checkpoints": ["a", "b", "c", "d", "e"], "train_minutes": 60.0, "budget_minutes": 60.0,
+            "steps": 4400 + seed,
             "epochs": 17.0, "tokens_per_s": 4400, "commit": "abc", "machine": "some CPU",
             "load_average": {"start": [2.0, 1.0, 1.0], "end": [2.0, 2.0, 2.0]},
             "tuning": [{"checkpoint": "averaged", "beam": 5, "alpha": None, "length_penalty": "avg",
                         "val_bleu": 41.5},
-                       {"checkpoint": "last", "beam": 4, "alpha": 1.0, "length_penalty": "wu", "val_bleu": 41.0}],
+                       {"checkpoint": "recipe", "beam": 4, "alpha": 1.0, "length_penalty": "wu", "val_bleu": 41.0}],
             **changes}
 
 
@@ -266,6 +289,12 @@ def test_a_toolkit_report_combines_its_seeds_its_screen_and_its_recipe():
             report.combined_record({"results/a.json": seed_report(1, 40.0)} | other)
     with pytest.raises(SystemExit, match="not the screen's best variant, w300"):
         report.combined_record(runs, {"minutes": 30, "rows": screen["rows"][::-1]})
+    changed = {path: seed_report(r["seed"], 40.0, settings=r["settings"] + ["dropout=0.3"]) for path, r in runs.items()}
+    with pytest.raises(SystemExit, match="not the screen's best variant, batch2k"):  # a change the screen never ran
+        report.combined_record(changed, screen)
+    shorter = {"results/b.json": seed_report(2, 41.0, budget_minutes=30.0)}
+    with pytest.raises(SystemExit, match="more than their seed"):
+        report.combined_record({"results/a.json": seed_report(1, 40.0)} | shorter)
     alone = report.combined_record({"results/peers/x/recipe.json": recipe})
     assert alone["variant"] == "the published recipe" and alone["search"] == [] and alone["seeds"][0]["seed"] == 1
 

@@ -103,6 +103,9 @@ class Budget:
         Path(path).write_text(json.dumps(record, indent=1) + "\n")
 
 
+CHECKPOINTS = ("recipe", "averaged")  # what a run translates: the checkpoint its recipe translates, or an average
+
+
 def runner_arguments(description: str) -> argparse.Namespace:
     "The launchers' command line: `train` (config, data, output, minutes), `decode` (splits, beams, α), `average`."
     parser = argparse.ArgumentParser(description=description)
@@ -123,8 +126,8 @@ def runner_arguments(description: str) -> argparse.Namespace:
     decoding.add_argument("--alphas", type=float, nargs="+", required=True)
     decoding.add_argument("--length-penalty", choices=("wu", "avg"), default="wu",
                           help="GNMT's penalty with each α (wu), or OpenNMT-py's default: the mean log-probability")
-    decoding.add_argument("--checkpoint", choices=CHECKPOINTS, default="last",
-                          help="the last checkpoint, or the average that `average` wrote")
+    decoding.add_argument("--checkpoint", choices=CHECKPOINTS, default="recipe",
+                          help="the checkpoint the recipe translates, or the average that `average` wrote")
     averaging = commands.add_parser("average", help="average the checkpoints the run kept (OUT/averaged.json)")
     averaging.add_argument("--out", type=Path, required=True)
     return parser.parse_args()
@@ -135,10 +138,8 @@ def architecture(encoder_type: str) -> str:
     return "transformer" if encoder_type == "transformer" else "recurrent"
 
 
-CHECKPOINTS = ("last", "averaged")  # what a run translates: its last checkpoint, or the average of the kept ones
-
-
-def hypothesis_name(split: str, beam: int, alpha: float, length_penalty: str = "wu", checkpoint: str = "last") -> str:
+def hypothesis_name(split: str, beam: int, alpha: float, length_penalty: str = "wu",
+                    checkpoint: str = "recipe") -> str:
     "The file name of a split's token hypotheses at one decoding setting (`avg` takes no α) of one checkpoint."
     if checkpoint not in CHECKPOINTS:
         raise ValueError(f"checkpoint is one of {CHECKPOINTS}, got {checkpoint!r}")

@@ -107,7 +107,7 @@ def run_decoding(args: argparse.Namespace) -> None:
     "Translate each split with each beam size and α; token hypotheses go to OUT/hyp (`hypothesis_name`)."
     if args.length_penalty != "wu":
         raise SystemExit("Joey NMT has one length penalty, GNMT's with α: --length-penalty avg is OpenNMT-py's")
-    if args.checkpoint != "last":
+    if args.checkpoint != "recipe":
         raise SystemExit("this launcher translates Joey NMT's own best checkpoint; it averages none yet")
     cfg = yaml.safe_load((args.out / "config.yaml").read_text())
     cfg["testing"]["load_model"] = str(args.out / "model" / "best.ckpt")

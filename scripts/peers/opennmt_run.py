@@ -71,6 +71,9 @@ def instrument(budget: Budget) -> list:
 def run_training(args: argparse.Namespace) -> None:
     "Train for `args.minutes` of training time and write training.json."
     (args.out / "model").mkdir(parents=True, exist_ok=True)
+    if leftovers := kept_checkpoints(args.out):  # they would join this run's average
+        raise SystemExit(f"{args.out / 'model'} already holds {len(leftovers)} checkpoint(s) of an earlier run "
+                         f"({leftovers[-1].name}, …): give this run its own folder (PEER_OUT) or delete them")
     cfg = apply_settings(fill_config(args.config, args.data, args.out), args.settings)
     if args.valid_every:  # smoke tests validate more often than the recipe
         cfg["valid_steps"] = args.valid_every
@@ -109,12 +112,12 @@ def run_averaging(args: argparse.Namespace) -> None:
 
 
 def decoded_checkpoint(out: Path, checkpoint: str) -> str:
-    "The file of the run's last checkpoint, or of the average of its kept ones."
-    if checkpoint == "last":
-        return json.loads((out / "training.json").read_text())["checkpoint"]
+    "The file of the run's last checkpoint (what the recipe translates), or of the average of its kept ones."
+    if checkpoint == "recipe":
+        return str(out / "model" / Path(json.loads((out / "training.json").read_text())["checkpoint"]).name)
     if not (out / "averaged.json").is_file():
         raise SystemExit(f"{out} has no averaged checkpoint: run `average --out {out}` first")
-    return json.loads((out / "averaged.json").read_text())["checkpoint"]
+    return str(out / "model" / Path(json.loads((out / "averaged.json").read_text())["checkpoint"]).name)
 
 
 def run_decoding(args: argparse.Namespace) -> None:

@@ -37,19 +37,19 @@ def detokenize(lines: list[str], tokenizer: Tokenizer) -> list[str]:
 
 
 def hypothesis_file(out: Path, split: str, beam: int, alpha: float | None, length_penalty: str = "wu",
-                    checkpoint: str = "last") -> Path:
+                    checkpoint: str = "recipe") -> Path:
     "Where the toolkit's launcher wrote its tokens for `split` at one decoding setting of one checkpoint."
     return out / "hyp" / hypothesis_name(split, beam, alpha or 0.0, length_penalty, checkpoint)
 
 
-def setting_text(beam: int, alpha: float | None, length_penalty: str = "wu", checkpoint: str = "last") -> str:
+def setting_text(beam: int, alpha: float | None, length_penalty: str = "wu", checkpoint: str = "recipe") -> str:
     "A decoding setting in words: 'beam 4, α 1.2', 'beam 5, mean log-probability (avg), averaged checkpoint'."
     text = f"beam {beam}, " + ("mean log-probability (avg)" if length_penalty == "avg" else f"α {alpha:g}")
     return text + (", averaged checkpoint" if checkpoint == "averaged" else "")
 
 
 def score(out: Path, split: str, beam: int, alpha: float | None, length_penalty: str = "wu",
-          checkpoint: str = "last") -> tuple[float, str]:
+          checkpoint: str = "recipe") -> tuple[float, str]:
     "sacreBLEU of the toolkit's translation of `split` against the raw references, and the signature."
     data, path = out / "data", hypothesis_file(out, split, beam, alpha, length_penalty, checkpoint)
     if not path.is_file():
@@ -66,25 +66,30 @@ def score(out: Path, split: str, beam: int, alpha: float | None, length_penalty:
 def parse_also(text: str) -> tuple[int, float | None, str]:
     "'5:avg' (beam 5, OpenNMT-py's mean log-probability) or '5:1.0' (beam 5, α 1.0): a toolkit's default decoding."
     beam, sep, penalty = text.partition(":")
-    if not (sep and beam.isdigit()):
-        raise SystemExit(f"--also takes BEAM:ALPHA or BEAM:avg, got {text!r}")
-    return (int(beam), None, "avg") if penalty == "avg" else (int(beam), float(penalty), "wu")
+    try:
+        if sep and beam.isdigit():
+            return (int(beam), None, "avg") if penalty == "avg" else (int(beam), float(penalty), "wu")
+    except ValueError:
+        pass
+    raise SystemExit(f"--also takes BEAM:ALPHA or BEAM:avg, got {text!r}")
 
 
-def decoding_grid(beams: list[int], alphas: list[float], checkpoints: tuple[str, ...] = ("last",),
+def decoding_grid(beams: list[int], alphas: list[float], checkpoints: tuple[str, ...] = ("recipe",),
                   also: tuple[str, ...] = ()) -> list[dict]:
     "The settings tuned on val: for each checkpoint, every beam × α (GNMT's penalty) and each toolkit default."
     settings = [(beam, alpha, "wu") for beam in beams for alpha in alphas]
-    settings += [extra for extra in map(parse_also, also) if extra not in settings]
+    for extra in map(parse_also, also):
+        if extra not in settings:
+            settings.append(extra)
     return [{"checkpoint": checkpoint, "beam": beam, "alpha": alpha, "length_penalty": penalty}
             for checkpoint in checkpoints for beam, alpha, penalty in settings]
 
 
 def tune(out: Path, grid: list[dict]) -> list[dict]:
-    "val BLEU of every setting of `grid`, best first (ties: the last checkpoint, smaller beam, GNMT's, smaller α)."
+    "val BLEU of every setting of `grid`, best first (ties: the recipe's checkpoint, smaller beam, GNMT's, smaller α)."
     rows = [{**setting, "val_bleu": score(out, "val", setting["beam"], setting["alpha"], setting["length_penalty"],
                                           setting["checkpoint"])[0]} for setting in grid]
-    return sorted(rows, key=lambda row: (-row["val_bleu"], row["checkpoint"] != "last", row["beam"],
+    return sorted(rows, key=lambda row: (-row["val_bleu"], row["checkpoint"] != "recipe", row["beam"],
                                          row["length_penalty"] != "wu", row["alpha"] or 0.0))
 
 
@@ -134,7 +139,10 @@ def signature_warning(signature: str, summary: Path = OUR_SUMMARY) -> str | None
 def grid_val_bleu(record: dict) -> float:
     "A run's best val BLEU over our grid (GNMT's penalty) with the checkpoint its recipe translates: every run's."
     return max(row["val_bleu"] for row in record["tuning"]
-               if row.get("checkpoint", "last") == "last" and row.get("length_penalty", "wu") == "wu")
+               if row.get("checkpoint", "recipe") == "recipe" and row.get("length_penalty", "wu") == "wu")
+
+
+CHECKPOINT_KEEPING = ("save_checkpoint_steps", "keep_checkpoint")  # settings that keep checkpoints, not train
 
 
 def mean_of(values: list[float], digits: int = 2) -> float:
@@ -148,8 +156,9 @@ def combined_record(runs: dict[str, dict], screen: dict | None = None, recipe_ru
     (search), the recipe's own run it is held against on val, and the seeds' means that the chapter compares."""
     records = list(runs.values())
     first = records[0]
-    fixed = [[s for s in r.get("settings", []) if seed_setting([s]) is None] for r in records]  # all but the seed
-    if any(f != fixed[0] for f in fixed) or len({(r["toolkit"], r["version"]) for r in records}) != 1:
+    fixed = [sorted(s for s in r.get("settings", []) if seed_setting([s]) is None) for r in records]  # but the seed
+    same = {(r["toolkit"], r["version"], r.get("architecture", "transformer"), r["budget_minutes"]) for r in records}
+    if any(f != fixed[0] for f in fixed) or len(same) != 1:
         raise SystemExit("the runs differ in more than their seed: one report is one setting of one toolkit")
     if len({r["machine"] for r in records}) != 1:
         raise SystemExit("the runs were made on different machines: minutes only compare on one")
@@ -158,7 +167,8 @@ def combined_record(runs: dict[str, dict], screen: dict | None = None, recipe_ru
     variant, search = "the published recipe", []
     if screen:
         best = screen["rows"][0]
-        if not set(best["settings"]) <= set(fixed[0]):
+        extra = {s for s in fixed[0] if s.partition("=")[0] not in CHECKPOINT_KEEPING} - set(best["settings"])
+        if extra or not set(best["settings"]) <= set(fixed[0]):
             raise SystemExit(f"the runs' settings {fixed[0]} are not the screen's best variant, {best['variant']} "
                              f"({best['settings']})")
         variant = best["variant"]
@@ -190,6 +200,18 @@ def combined_record(runs: dict[str, dict], screen: dict | None = None, recipe_ru
     return record
 
 
+def check_run(training: dict, minutes: float, settings: list[str]) -> None:
+    "Refuse to evaluate a run that `run.sh` with these minutes and settings did not train."
+    if training["budget_minutes"] != minutes or training.get("settings", []) != settings:
+        raise SystemExit(f"the run was trained for {training['budget_minutes']:g} minutes with settings "
+                         f"{training.get('settings', [])}, not {minutes:g} with {settings}: another run's folder?")
+
+
+def choice_line(best: dict) -> str:
+    "The chosen setting as run.sh reads it: CHECKPOINT BEAM ALPHA PENALTY (α 0 for `avg`, which takes none)."
+    return f"{best['checkpoint']} {best['beam']} {best['alpha'] or 0:g} {best['length_penalty']}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -200,12 +222,16 @@ def main() -> None:
         one.add_argument("--out", type=Path, required=True, help="the peer's run folder")
         one.add_argument("--beams", type=int, nargs="+", required=True)
         one.add_argument("--alphas", type=float, nargs="+", required=True)
-        one.add_argument("--checkpoints", nargs="+", default=["last"], choices=CHECKPOINTS)
+        one.add_argument("--checkpoints", nargs="+", default=["recipe"], choices=CHECKPOINTS)
         one.add_argument("--also", nargs="*", default=[], metavar="BEAM:ALPHA|BEAM:avg",
                          help="the toolkit's own default decoding, tuned beside the grid")
         if name == "write":
             one.add_argument("--report", type=Path, required=True, help="the JSON file to write")
             one.add_argument("--command", dest="run_command", default="", help="the command that made the run")
+    check = commands.add_parser("check-run", help="refuse a run folder that another command trained")
+    check.add_argument("--out", type=Path, required=True)
+    check.add_argument("--minutes", type=float, required=True)
+    check.add_argument("--set", dest="settings", nargs="*", default=[])
     joined = commands.add_parser("combine", help="a toolkit's report from its seeds' runs, its screen and its recipe")
     joined.add_argument("--report", type=Path, required=True)
     joined.add_argument("--runs", type=Path, nargs="+", required=True, help="the seeds' reports (`write`)")
@@ -214,10 +240,12 @@ def main() -> None:
     args = parser.parse_args()
     if args.command == "combine":
         return combine(args)
+    if args.command == "check-run":
+        return check_run(read_json(args.out / "training.json"), args.minutes, args.settings)
     grid = tune(args.out, decoding_grid(args.beams, args.alphas, tuple(args.checkpoints), tuple(args.also)))
     best = grid[0]
     if args.command == "choose":
-        print(best["checkpoint"], best["beam"], best["alpha"] or 0, best["length_penalty"])
+        print(choice_line(best))
         return
     results = {split: score(args.out, split, best["beam"], best["alpha"], best["length_penalty"], best["checkpoint"])
                for split in TEST_SETS}
@@ -235,8 +263,9 @@ def main() -> None:
 
 
 def repo_path(path: Path) -> str:
-    "`path` relative to the repository, as records name files."
-    return path.resolve().relative_to(ROOT).as_posix()
+    "`path` relative to the repository, as records name files (as given, if outside it)."
+    resolved = path.resolve()
+    return resolved.relative_to(ROOT).as_posix() if resolved.is_relative_to(ROOT) else str(path)
 
 
 def combine(args: argparse.Namespace) -> None:

@@ -2,22 +2,24 @@
 # One peer toolkit, trained and scored under the same conditions as our full run (scripts/multi30k.sh); README.md
 # in this folder says what "the same" means and where each recipe comes from. Run after scripts/setup.sh:
 #
-#   PEER_REPORT=results/peers/joeynmt/recipe.json nice -n 10 bash scripts/peers/run.sh joeynmt   # 60 minutes
+#   nice -n 10 bash scripts/peers/run.sh joeynmt    # the recipe, 60 minutes → results/peers/joeynmt/recipe.json
 #   PEER_SET="batch_size=2048 warmup_steps=550 learning_rate=0.5244 seed=2 save_checkpoint_steps=250 \
-#     keep_checkpoint=5" PEER_REPORT=results/peers/opennmt/seed-2.json nice -n 10 bash scripts/peers/run.sh opennmt
+#     keep_checkpoint=5" PEER_OUT=runs/peers/opennmt-seed2 PEER_REPORT=results/peers/opennmt/seed-2.json \
+#     nice -n 10 bash scripts/peers/run.sh opennmt  # a screen's winner, one seed
 #
 # Decoding is chosen on val over our grid and the toolkit's own default (OpenNMT-py: beam 5, mean log-probability;
 # Joey NMT: beam 5, α 1.0), with the last checkpoint and, where the run kept several (OpenNMT-py's keep_checkpoint),
 # with their average (OpenNMT-py's own average_models); then the test sets are translated once with the choice.
 #
 # Settings (environment): PEER_MINUTES (training budget, default 60), PEER_OUT (run folder, default
-# runs/peers/TOOLKIT), PEER_REPORT (default results/peers/TOOLKIT/run.json), PEER_VENV (the toolkit's own virtual
-# environment, default ../venvs/TOOLKIT beside the checkout; made on first use), PEER_RECIPE (default
-# scripts/peers/TOOLKIT.yaml; scripts/peers/opennmt-rnn.yaml is OpenNMT-py's recurrent model), PEER_SET (changes to
-# the recipe, "KEY=VALUE …": a screen's winner, a seed), PEER_BEAMS and PEER_ALPHAS (the decoding grid tuned on val,
-# default ours: 4 6 and 0.6 … 1.6), PEER_VALID_EVERY (validate every N updates instead of the recipe's 250) and
-# PEER_EVAL_LINES (validate, tune and test on the first N pairs of each set only): the last two for smoke tests;
-# PEER_EVALUATE_ONLY=1 skips training and evaluates the run in PEER_OUT that the same command trained. A
+# runs/peers/TOOLKIT), PEER_REPORT (default results/peers/TOOLKIT/recipe.json; needed with PEER_SET or PEER_RECIPE),
+# PEER_VENV (the toolkit's own virtual environment, default ../venvs/TOOLKIT beside the checkout; made on first use),
+# PEER_RECIPE (default scripts/peers/TOOLKIT.yaml; scripts/peers/opennmt-rnn.yaml is OpenNMT-py's recurrent model),
+# PEER_SET (changes to the recipe, "KEY=VALUE …": a screen's winner, a seed), PEER_BEAMS and PEER_ALPHAS (the decoding
+# grid tuned on val, default ours: 4 6 and 0.6 … 1.6), PEER_VALID_EVERY (validate every N updates instead of the
+# recipe's 250) and PEER_EVAL_LINES (validate, tune and test on the first N pairs of each set only): the last two for
+# smoke tests; PEER_EVALUATE_ONLY=1 skips training and evaluates (decodes everything again) the run in PEER_OUT that
+# the same command trained. A
 # short smoke test that writes nothing into the repository:
 #
 #   PEER_MINUTES=3 PEER_VALID_EVERY=5 PEER_EVAL_LINES=40 PEER_BEAMS=4 PEER_ALPHAS="0.6 1.0" \
@@ -29,10 +31,13 @@ case "$TOOLKIT" in
   joeynmt|opennmt) ;;
   *) echo "usage: bash scripts/peers/run.sh joeynmt|opennmt (got '${TOOLKIT}')" >&2; exit 2 ;;
 esac
-source scripts/env.sh
 MINUTES=${PEER_MINUTES:-60}
 OUT=${PEER_OUT:-runs/peers/$TOOLKIT}
-REPORT=${PEER_REPORT:-results/peers/$TOOLKIT/run.json}
+if [ -n "${PEER_SET:-}${PEER_RECIPE:-}" ] && [ -z "${PEER_REPORT:-}" ]; then  # the default: the published recipe's
+  echo "PEER_SET or PEER_RECIPE changes the recipe: name the report (PEER_REPORT=results/peers/…/seed-N.json)" >&2
+  exit 2
+fi
+REPORT=${PEER_REPORT:-results/peers/$TOOLKIT/recipe.json}
 VENV=${PEER_VENV:-../venvs/$TOOLKIT}
 read -r -a BEAMS <<< "${PEER_BEAMS:-4 6}"
 read -r -a ALPHAS <<< "${PEER_ALPHAS:-0.6 0.8 1.0 1.2 1.4 1.6}"
@@ -41,6 +46,7 @@ if [ -n "${PEER_EVALUATE_ONLY:-}" ] && [ ! -f "$OUT/training.json" ]; then
   echo "PEER_EVALUATE_ONLY: $OUT holds no trained run (no training.json); run without it to train" >&2
   exit 2
 fi
+source scripts/env.sh
 
 bash scripts/peers/venv.sh "$TOOLKIT" "$VENV"
 
@@ -50,12 +56,14 @@ for name in $(compgen -v PEER_ | grep -Ev '^PEER_(MINUTES|EVALUATE_ONLY)$' | sor
 done
 RUNNER=("$VENV/bin/python" -W ignore "scripts/peers/${TOOLKIT}_run.py")
 RECIPE=${PEER_RECIPE:-scripts/peers/$TOOLKIT.yaml}
-if [ -z "${PEER_EVALUATE_ONLY:-}" ]; then
+if [ -n "${PEER_EVALUATE_ONLY:-}" ]; then  # the run in OUT must be this command's
+  python scripts/peers/report.py check-run --out "$OUT" --minutes "$MINUTES" --set "${SETTINGS_CHANGED[@]}"
+else
   python scripts/peers/prepare.py --out "$OUT/data" ${PEER_EVAL_LINES:+--eval-lines "$PEER_EVAL_LINES"}
   "${RUNNER[@]}" train --config "$RECIPE" --data "$OUT/data" --out "$OUT" --minutes "$MINUTES" \
     ${PEER_VALID_EVERY:+--valid-every "$PEER_VALID_EVERY"} --set "${SETTINGS_CHANGED[@]}"
 fi
-CHECKPOINTS=(last)  # and the average of the kept checkpoints, where the run kept several (PEER_SET's keep_checkpoint)
+CHECKPOINTS=(recipe)  # and the average of the kept checkpoints where a run kept several (keep_checkpoint)
 if [ "$TOOLKIT" = opennmt ] && [ "$(find "$OUT/model" -name 'model_step_*.pt' | wc -l)" -gt 1 ]; then
   "${RUNNER[@]}" average --out "$OUT"
   CHECKPOINTS+=(averaged)
