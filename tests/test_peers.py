@@ -219,6 +219,18 @@ def test_each_decoding_setting_has_its_own_file():
         budget.hypothesis_name("val", 4, 1.0, "wu", "best")
 
 
+def test_an_average_of_checkpoints_is_the_mean_of_each_weight():
+    torch = pytest.importorskip("torch")
+    states = [{"w": torch.tensor([1.0, 2.0]), "steps": torch.tensor(4)},
+              {"w": torch.tensor([3.0, 6.0]), "steps": torch.tensor(6)}]
+    averaged = budget.averaged_weights(states)
+    assert torch.equal(averaged["w"], torch.tensor([2.0, 4.0])) and averaged["steps"].dtype == torch.int64
+    with pytest.raises(SystemExit, match="not one model's"):
+        budget.averaged_weights([states[0], {"v": torch.zeros(2), "steps": torch.tensor(1)}])
+    with pytest.raises(SystemExit, match="at least 2"):
+        budget.averaged_weights(states[:1])
+
+
 def test_a_toolkit_default_decoding_joins_the_grid_once():
     grid = report.decoding_grid([4, 6], [1.0], ("recipe", "averaged"), ("5:avg", "4:1.0"))
     assert len(grid) == 2 * 3

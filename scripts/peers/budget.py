@@ -147,6 +147,18 @@ def hypothesis_name(split: str, beam: int, alpha: float, length_penalty: str = "
     return ("averaged." if checkpoint == "averaged" else "") + f"{split}.b{beam}.{penalty}.tok"
 
 
+def averaged_weights(states: list[dict]) -> dict:
+    "The element-wise mean of several state dicts of one model, each weight in its own dtype (torch imported here)."
+    import torch
+
+    if len(states) < 2:
+        raise SystemExit(f"an average needs at least 2 checkpoints, got {len(states)}")
+    if any(sorted(state) != sorted(states[0]) for state in states):
+        raise SystemExit("the checkpoints' weights differ in their names: they are not one model's")
+    return {name: torch.stack([state[name].double() for state in states]).mean(0).to(weight.dtype)
+            for name, weight in states[-1].items()}
+
+
 def fill_config(template: Path, data: Path, out: Path) -> dict:
     "The recipe with the data and output folders filled in (PyYAML: in both toolkits' environments)."
     import yaml

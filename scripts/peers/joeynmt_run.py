@@ -2,9 +2,11 @@
 virtual environment (scripts/peers/run.sh makes it).
 
     python joeynmt_run.py train --config joeynmt.yaml --data DATA --out OUT --minutes 60
-    python joeynmt_run.py decode --out OUT --splits val --beams 4 6 --alphas 0.6 1.0
+    python joeynmt_run.py decode --out OUT --splits val --beams 4 6 --alphas 0.6 1.0 [--checkpoint averaged]
+    python joeynmt_run.py average --out OUT     # the checkpoints Joey kept (keep_best_ckpts), averaged
 """
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -20,7 +22,7 @@ from joeynmt.helpers import make_model_dir
 from joeynmt.helpers_for_ddp import get_logger
 from joeynmt.training import TrainManager, train
 
-from budget import (Budget, apply_settings, architecture, fill_config, hypothesis_name,
+from budget import (Budget, apply_settings, architecture, averaged_weights, fill_config, hypothesis_name,
                     runner_arguments)
 
 
@@ -103,14 +105,37 @@ def run_training(args: argparse.Namespace) -> None:
                  threads=torch.get_num_threads())
 
 
+def kept_checkpoints(out: Path) -> list[Path]:
+    "The checkpoints Joey NMT kept (its `keep_best_ckpts` best by validation perplexity), by update, oldest first."
+    return sorted((path for path in (out / "model").glob("*.ckpt") if path.stem.isdigit() and not path.is_symlink()),
+                  key=lambda path: int(path.stem))
+
+
+def run_averaging(args: argparse.Namespace) -> None:
+    "Average the weights of the kept checkpoints (as Joey NMT's scripts/average_checkpoints.py does); averaged.json."
+    paths = kept_checkpoints(args.out)
+    if len(paths) < 2:
+        raise SystemExit(f"{args.out / 'model'} keeps {len(paths)} checkpoint(s): set training.keep_best_ckpts so "
+                         "that a run keeps several to average")
+    states = [torch.load(path, map_location="cpu", weights_only=True)["model_state"] for path in paths]
+    output = args.out / "model" / "averaged.ckpt"
+    partial = output.with_name(output.name + ".partial")  # never a half-written file under the final name
+    torch.save({"model_state": averaged_weights(states)}, partial)  # all that Joey NMT reads to translate
+    partial.replace(output)
+    (args.out / "averaged.json").write_text(json.dumps(
+        {"checkpoint": str(output), "averaged": [path.name for path in paths]}, indent=1) + "\n")
+    print(f"averaged {len(paths)} checkpoints → {output}", file=sys.stderr)
+
+
 def run_decoding(args: argparse.Namespace) -> None:
     "Translate each split with each beam size and α; token hypotheses go to OUT/hyp (`hypothesis_name`)."
     if args.length_penalty != "wu":
         raise SystemExit("Joey NMT has one length penalty, GNMT's with α: --length-penalty avg is OpenNMT-py's")
-    if args.checkpoint != "recipe":
-        raise SystemExit("this launcher translates Joey NMT's own best checkpoint; it averages none yet")
     cfg = yaml.safe_load((args.out / "config.yaml").read_text())
-    cfg["testing"]["load_model"] = str(args.out / "model" / "best.ckpt")
+    if args.checkpoint == "averaged" and not (args.out / "averaged.json").is_file():
+        raise SystemExit(f"{args.out} has no averaged checkpoint: run `average --out {args.out}` first")
+    cfg["testing"]["load_model"] = str(args.out / "model" / ("averaged.ckpt" if args.checkpoint == "averaged"
+                                                            else "best.ckpt"))
     data = Path(cfg["data"]["dev"]).parent
     (args.out / "hyp").mkdir(exist_ok=True)
     for split in args.splits:
@@ -123,13 +148,11 @@ def run_decoding(args: argparse.Namespace) -> None:
                 hypotheses = predict(model=model, data=split_data, device=parsed.device, n_gpu=0, rank=0,
                                      compute_loss=False, normalization="tokens", args=settings,
                                      autocast=parsed.autocast)[2]
-                path = args.out / "hyp" / hypothesis_name(split, beam, alpha)
+                path = args.out / "hyp" / hypothesis_name(split, beam, alpha, checkpoint=args.checkpoint)
                 path.write_text("".join(h + "\n" for h in hypotheses), "utf-8")
                 print(f"wrote {path}", file=sys.stderr)
 
 
 if __name__ == "__main__":
     parsed_args = runner_arguments(__doc__.splitlines()[0])
-    if parsed_args.command == "average":
-        raise SystemExit("this launcher averages no Joey NMT checkpoints yet: it translates the best one")
-    {"train": run_training, "decode": run_decoding}[parsed_args.command](parsed_args)
+    {"train": run_training, "decode": run_decoding, "average": run_averaging}[parsed_args.command](parsed_args)

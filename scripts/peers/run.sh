@@ -64,7 +64,8 @@ else
     ${PEER_VALID_EVERY:+--valid-every "$PEER_VALID_EVERY"} --set "${SETTINGS_CHANGED[@]}"
 fi
 CHECKPOINTS=(recipe)  # and the average of the kept checkpoints where a run kept several (keep_checkpoint)
-if [ "$TOOLKIT" = opennmt ] && [ "$(find "$OUT/model" -name 'model_step_*.pt' | wc -l)" -gt 1 ]; then
+KEPT=$(find "$OUT/model" -type f \( -name 'model_step_*.pt' -o -regex '.*/[0-9]+\.ckpt' \) | wc -l)
+if [ "$KEPT" -gt 1 ]; then  # OpenNMT-py's keep_checkpoint, Joey NMT's training.keep_best_ckpts
   "${RUNNER[@]}" average --out "$OUT"
   CHECKPOINTS+=(averaged)
 fi
