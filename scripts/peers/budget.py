@@ -6,6 +6,7 @@ checkpoint)."""
 import argparse
 import json
 import os
+import sys
 import time
 from statistics import fmean
 from pathlib import Path
@@ -157,6 +158,23 @@ def averaged_weights(states: list[dict]) -> dict:
         raise SystemExit("the checkpoints' weights differ in their names: they are not one model's")
     return {name: torch.stack([state[name].double() for state in states]).mean(0).to(weight.dtype)
             for name, weight in states[-1].items()}
+
+
+def save_average(out: Path, paths: list[Path], average, name: str, how_to_keep: str) -> None:
+    """Write `average(paths)` (a checkpoint in the toolkit's own format) as OUT/model/NAME, never half-written, and
+    list in OUT/averaged.json the checkpoints it averages; `how_to_keep` says which setting keeps more of them."""
+    import torch
+
+    if len(paths) < 2:
+        raise SystemExit(f"{out / 'model'} keeps {len(paths)} checkpoint(s): {how_to_keep} so that a run keeps "
+                         "several to average")
+    output = out / "model" / name
+    partial = output.with_name(output.name + ".partial")
+    torch.save(average(paths), partial)
+    partial.replace(output)
+    (out / "averaged.json").write_text(json.dumps(
+        {"checkpoint": str(output), "averaged": [path.name for path in paths]}, indent=1) + "\n")
+    print(f"averaged {len(paths)} checkpoints → {output}", file=sys.stderr)
 
 
 def fill_config(template: Path, data: Path, out: Path) -> dict:

@@ -6,7 +6,6 @@ virtual environment (scripts/peers/run.sh makes it).
     python joeynmt_run.py average --out OUT     # the checkpoints Joey kept (keep_best_ckpts), averaged
 """
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -23,7 +22,7 @@ from joeynmt.helpers_for_ddp import get_logger
 from joeynmt.training import TrainManager, train
 
 from budget import (Budget, apply_settings, architecture, averaged_weights, fill_config, hypothesis_name,
-                    runner_arguments)
+                    runner_arguments, save_average)
 
 
 class PlateauWithoutVerbose(ReduceLROnPlateau):
@@ -111,20 +110,16 @@ def kept_checkpoints(out: Path) -> list[Path]:
                   key=lambda path: int(path.stem))
 
 
+def averaged_checkpoint(paths: list[Path]) -> dict:
+    "The weights' mean over Joey NMT checkpoints, as its scripts/average_checkpoints.py takes it: all it translates."
+    return {"model_state": averaged_weights([torch.load(path, map_location="cpu", weights_only=True)["model_state"]
+                                             for path in paths])}
+
+
 def run_averaging(args: argparse.Namespace) -> None:
-    "Average the weights of the kept checkpoints (as Joey NMT's scripts/average_checkpoints.py does); averaged.json."
-    paths = kept_checkpoints(args.out)
-    if len(paths) < 2:
-        raise SystemExit(f"{args.out / 'model'} keeps {len(paths)} checkpoint(s): set training.keep_best_ckpts so "
-                         "that a run keeps several to average")
-    states = [torch.load(path, map_location="cpu", weights_only=True)["model_state"] for path in paths]
-    output = args.out / "model" / "averaged.ckpt"
-    partial = output.with_name(output.name + ".partial")  # never a half-written file under the final name
-    torch.save({"model_state": averaged_weights(states)}, partial)  # all that Joey NMT reads to translate
-    partial.replace(output)
-    (args.out / "averaged.json").write_text(json.dumps(
-        {"checkpoint": str(output), "averaged": [path.name for path in paths]}, indent=1) + "\n")
-    print(f"averaged {len(paths)} checkpoints → {output}", file=sys.stderr)
+    "Average the kept checkpoints' weights; OUT/averaged.json says which."
+    save_average(args.out, kept_checkpoints(args.out), averaged_checkpoint, "averaged.ckpt",
+                 "set training.keep_best_ckpts")
 
 
 def run_decoding(args: argparse.Namespace) -> None:

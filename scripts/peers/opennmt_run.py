@@ -22,7 +22,7 @@ from onmt.models.model_saver import ModelSaver  # noqa: E402
 from onmt.trainer import Trainer  # noqa: E402
 
 from budget import (  # noqa: E402
-    Budget, apply_settings, architecture, fill_config, hypothesis_name, runner_arguments)
+    Budget, apply_settings, architecture, fill_config, hypothesis_name, runner_arguments, save_average)
 
 
 def instrument(budget: Budget) -> list:
@@ -98,17 +98,8 @@ def kept_checkpoints(out: Path) -> list[Path]:
 
 def run_averaging(args: argparse.Namespace) -> None:
     "Average the kept checkpoints with OpenNMT-py's own `average_models`; OUT/averaged.json says which."
-    paths = kept_checkpoints(args.out)
-    if len(paths) < 2:
-        raise SystemExit(f"{args.out / 'model'} keeps {len(paths)} checkpoint(s): set keep_checkpoint and "
-                         "save_checkpoint_steps so that a run keeps several to average")
-    output = args.out / "model" / "averaged.pt"
-    partial = output.with_name(output.name + ".partial")  # never a half-written file under the final name
-    torch.save(average_models([str(path) for path in paths]), partial)
-    partial.replace(output)
-    (args.out / "averaged.json").write_text(json.dumps(
-        {"checkpoint": str(output), "averaged": [path.name for path in paths]}, indent=1) + "\n")
-    print(f"averaged {len(paths)} checkpoints → {output}", file=sys.stderr)
+    save_average(args.out, kept_checkpoints(args.out), lambda paths: average_models([str(p) for p in paths]),
+                 "averaged.pt", "set keep_checkpoint and save_checkpoint_steps")
 
 
 def decoded_checkpoint(out: Path, checkpoint: str) -> str:
