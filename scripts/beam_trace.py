@@ -1,16 +1,20 @@
 """Record the published model's beam search on one validation sentence, step by step, for chapter 5's picture.
 
-    python scripts/beam_trace.py [--model models/multi30k-de-en] [--line 7] [--out results/beam-search.json]
+    python scripts/beam_trace.py [--model models/multi30k-de-en] [--line N] [--out results/beam-search.json]
 
-Line 7 is a short sentence on which beam search and greedy decoding differ. `transformer.decoding.beam_steps`
-follows the search; each row gets its newest word piece and its text. The JSON records the model's SHA-256, and
-tests/test_beam_trace.py checks it against the published model and re-records the trace.
+Without `--line`, the sentence is the first short one (at most `--max-words` words) of the validation split on which
+beam search shows what greedy decoding cannot: its winner ranked below first at some step, and its translation is
+closer to the reference than greedy's (sentence BLEU). `transformer.decoding.beam_steps` follows the search; each row
+gets its newest word piece and its text. The JSON records the model's SHA-256, and tests/test_beam_trace.py checks it
+against the published model and re-records the trace.
 """
 import argparse
 import json
+import sys
 from pathlib import Path
 
 import torch
+from sacrebleu import sentence_bleu
 
 from transformer.data import load_split, sha256
 from transformer.decoding import beam_steps, greedy_decode
@@ -19,7 +23,8 @@ from transformer.translation import load_translator, translate_text
 root = Path(__file__).resolve().parent.parent
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("--model", default=str(root / "models/multi30k-de-en"), help="a model folder")
-parser.add_argument("--line", type=int, default=7, help="the validation sentence (1 = the split's first line)")
+parser.add_argument("--line", type=int, help="the validation sentence (1 = the split's first line; default: chosen)")
+parser.add_argument("--max-words", type=int, default=8, help="the longest sentence the choice considers, in words")
 parser.add_argument("--beam", type=int, default=4)
 parser.add_argument("--alpha", type=float, default=0.6)
 parser.add_argument("--out", default=str(root / "results/beam-search.json"))
@@ -27,17 +32,47 @@ args = parser.parse_args()
 
 model_dir = Path(args.model)
 model, tokenizer = load_translator(model_dir)
-source = load_split("val")[args.line - 1][0]
-src = torch.tensor([[*tokenizer.encode(source).ids, model.cfg.eos_id]])
-steps = beam_steps(model, src, args.beam, args.alpha)
-for row in steps:
-    row["piece"] = "</s>" if row["ended"] else tokenizer.decode(row["tokens"][-1:])
-    row["text"] = tokenizer.decode(row["tokens"][:-1] if row["ended"] else row["tokens"])
-    row["logprob"] = round(row["logprob"], 4)
-    row["score"] = None if row["score"] is None else round(row["score"], 4)
-record = {"model": model_dir.name, "model_sha256": sha256(model_dir / "model.safetensors"), "split": "val",
-          "line": args.line, "source": source, "beam": args.beam, "alpha": args.alpha,
-          "translation": translate_text(model, tokenizer, [source], args.beam, args.alpha)[0],
-          "greedy": tokenizer.decode(greedy_decode(model, src)[0]), "steps": steps}
+val = load_split("val")
+
+
+def trace(line: int) -> dict:
+    "The beam's steps on validation line `line` (1-based), beside its translation and greedy decoding's."
+    source = val[line - 1][0]
+    src = torch.tensor([[*tokenizer.encode(source).ids, model.cfg.eos_id]])
+    steps = beam_steps(model, src, args.beam, args.alpha)
+    greedy = greedy_decode(model, src)[0]
+    for row in steps:
+        row["piece"] = "</s>" if row["ended"] else tokenizer.decode(row["tokens"][-1:])
+        row["text"] = tokenizer.decode(row["tokens"][:-1] if row["ended"] else row["tokens"])
+        row["logprob"] = round(row["logprob"], 4)
+        row["score"] = None if row["score"] is None else round(row["score"], 4)
+    return {"model": model_dir.name, "model_sha256": sha256(model_dir / "model.safetensors"), "split": "val",
+            "line": line, "source": source, "beam": args.beam, "alpha": args.alpha,
+            "translation": translate_text(model, tokenizer, [source], args.beam, args.alpha)[0],
+            "greedy": tokenizer.decode(greedy), "greedy_tokens": greedy, "steps": steps}
+
+
+def shows_the_beam(record: dict) -> bool:
+    "Whether the winner's prefix was below first at some step, and the beam beats greedy against the reference."
+    ended = [r for r in record["steps"] if r["ended"]]
+    winner = max(ended, key=lambda r: r["score"])["tokens"]
+    for step in sorted({r["step"] for r in record["steps"]}):
+        live = sorted((r for r in record["steps"] if r["step"] == step and not r["ended"]),
+                      key=lambda r: -r["logprob"])
+        if any(r["tokens"] == winner[:step] for r in live[1:]):
+            reference = [val[record["line"] - 1][1]]
+            beam, greedy = (sentence_bleu(record[k], reference).score for k in ("translation", "greedy"))
+            return beam > greedy
+    return False
+
+
+if args.line:
+    record = trace(args.line)
+else:
+    short = (line for line, (source, _) in enumerate(val, 1) if len(source.split()) <= args.max_words)
+    record = next((r for r in map(trace, short) if shows_the_beam(r)), None)
+    if record is None:
+        sys.exit(f"no validation sentence of at most {args.max_words} words shows the beam: raise --max-words")
 Path(args.out).write_text(json.dumps(record, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
-print(f"{source}\n→ {record['translation']} (greedy: {record['greedy']})\n{len(steps)} rows written to {args.out}")
+print(f"line {record['line']}: {record['source']}\n→ {record['translation']} (greedy: {record['greedy']})\n"
+      f"{len(record['steps'])} rows written to {args.out}")

@@ -172,3 +172,14 @@ def test_committed_files_match_the_registry(tmp_path):
     damaged.write_text(damaged.read_text() + " ")
     done = release_model("--check", "--models", str(models))
     assert done.returncode == 1 and "config.json" in done.stderr and done.stderr.count("\n") == 1, done.stderr
+
+
+def test_the_published_model_is_a_report_seed():
+    """The published model is one of the report's seeds (issue 34): its decoding, tuned on val, is that seed's own,
+    and the seed's report was made with the recipe in use."""
+    reports = {p.parent.name: p for p in (ROOT / "results").glob("multi30k-de-en*/decoding.json")}
+    published = (ROOT / "models" / "multi30k-de-en" / "decoding.json").read_bytes()
+    seeds = [name for name, path in reports.items() if path.read_bytes() == published]
+    assert len(seeds) == 1, f"the published decoding.json is not one report seed's: {seeds or 'none'}"
+    summary = json.loads((ROOT / "results" / seeds[0] / "summary.json").read_text())
+    assert summary["decoding"] == "tuned on val" and "seed" in summary, summary.keys()

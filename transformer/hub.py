@@ -23,8 +23,8 @@ from .model_folder import ModelFolder
 PUBLISHED_MODELS: dict[str, dict[str, str]] = {
     "multi30k-de-en": {
         "config.json": "b5e933db8493be886b9d0d5c88909bf2a1051d1b0e4f86bc48748415e4f05989",
-        "decoding.json": "5929afb825117d57444fe82007be7047e93d8ac29e3a65c533ccd7e45493972e",
-        "model.safetensors": "7e2e2df41d7b8da6e696eb5d32c5f52924aaa14e1bf834fa86583f3119173f7b",
+        "decoding.json": "70a3d48588ed136df3bc23efcf2d69be08bfcc098298278011728fce8e91189f",
+        "model.safetensors": "f87a5992da437c431b08579090500e4d92f34993a3a6d7d8785c9735854dfa76",
         "tokenizer.json": "d0db9ac5e4a3698fd6e94da9ba5ab7cd0da08ef2abd2977d5572be01fb1513b7",
     },
 }
