@@ -6,9 +6,10 @@ Docs: https://transformer-book.github.io/transformer/run.html.md"""
 
 # %% auto #0
 __all__ = ['CORPUS_KEYS', 'DATA_KEYS', 'KINDS', 'TASKS', 'LANGUAGES', 'ELSEWHERE', 'TOML_TYPES', 'toml_type', 'fits',
-           'check_types', 'check_tables', 'RunConfig', 'load_run_config', 'git_commit', 'provenance']
+           'check_types', 'check_tables', 'RunConfig', 'load_run_config', 'git_commit', 'provenance', 'load_average']
 
 # %% ../nbs/07a_run.ipynb #d276a7e3
+import os
 import subprocess
 import tomllib
 from collections.abc import Sequence
@@ -181,3 +182,11 @@ def provenance(device: str = "cpu", processes: int = 1) -> dict[str, str | int]:
     "Where and with what code a run ran: commit, machine, package version, device and number of processes."
     return {"commit": git_commit(), "machine": machine_description(), "transformer_version": __version__,
             "device": str(device), "processes": processes}
+
+
+def load_average() -> list[float] | None:
+    "The machine's load averages over 1, 5 and 15 minutes, or None where the system keeps none."
+    try:
+        return [round(load, 2) for load in os.getloadavg()]
+    except (AttributeError, OSError):  # Windows has no load average
+        return None

@@ -22,7 +22,7 @@ from .data import check_tokenizer, encode_pairs, load_split, read_parallel, read
 from .decoding import translate_ids
 from .distributed import barrier, init_world, leave_world
 from .hardware import World, resolve_device
-from .run import RunConfig, provenance
+from .run import RunConfig, load_average, provenance
 from .trainer import Trainer
 from .translation import bleu
 
@@ -107,9 +107,14 @@ def train_tokenized(run: RunConfig, out: Path, tokenizer: Tokenizer, train_text:
         trainer.resume()
     precision = trainer.start()  # 'auto' is decided here, by a probe (a resumed run keeps its own)
     if world.is_main:  # what ran where, in which precision and why; a resumed run keeps its own, with today's budget
-        started = {"precision": precision, "corpus": counts, "provenance": provenance(str(device), world.size)}
+        started = {"precision": precision, "corpus": counts, "provenance": provenance(str(device), world.size),
+                   "load_average": {"start": load_average()}}
         write_json(RunFolder(out).record, started | (recorded(out) if resume else {}) | run.to_dict())
-    return trainer.fit()
+    metrics = trainer.fit()
+    if world.is_main:  # and the load as training ended: a busy machine explains a slow run
+        record = recorded(out)
+        write_json(RunFolder(out).record, record | {"load_average": record["load_average"] | {"end": load_average()}})
+    return metrics
 
 # %% ../nbs/07b_translation_run.ipynb #6bf53464
 CONFIG_KEYS = ("kind", "task", "preset", "model", "train", "data")  # run.json's fields that hold the configuration
