@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from common import ratio_of_rounds, write_result
-from transformer.data import load_split
+from transformer.data import load_split, sha256
 from transformer.decoding import beam_search, dynamic_int8, greedy_decode
 from transformer.export import ct2_vocabulary, export_ctranslate2, optional, vocabulary
 from transformer.hub import model_folder
@@ -149,7 +149,8 @@ def main() -> None:
     load = {"before": [round(x, 2) for x in load_before], "after": [round(x, 2) for x in os.getloadavg()]}
     print("load averages (1, 5, 15 min) before and after:", load)
     named = os.path.relpath(folder, ROOT) if Path(args.model).is_dir() else args.model  # not this machine's path
-    path = write_result("decode_engines", {"model": named, "sentences": n, "batch_size": args.batch_size,
+    path = write_result("decode_engines", {"model": named, "model_sha256": sha256(folder / "model.safetensors"),
+                                           "sentences": n, "batch_size": args.batch_size,
                                            "beam": args.beam, "alpha": alpha, "load_averages": load,
                                            "rows": rows, "ratios": ratios})
     print(f"wrote {path}")
