@@ -22,6 +22,7 @@ fi
 run python benchmarks/attention_paths.py
 run python benchmarks/decode_throughput.py
 OMP_NUM_THREADS=2 run python benchmarks/decode_engines.py
+OMP_NUM_THREADS=2 run python benchmarks/profile_decode.py
 run python benchmarks/memory.py
 run python benchmarks/ddp_scaling.py
 echo "== done ($(date -u +%H:%M:%S)): run $BENCH_RUN"
