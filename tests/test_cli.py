@@ -79,8 +79,9 @@ def test_train_writes_checkpoints_metrics_and_tokenizer(run):
     assert record["provenance"]["commit"] and record["train"]["precision"] == "auto"
     assert record["precision"]["setting"] == "auto" and record["precision"]["precision"] in ("bf16", "fp16", "fp32")
     assert record["precision"]["reason"] and "torch kernels" in record["provenance"]["machine"]
-    loads = record["load_average"]
-    assert sorted(loads) == ["end", "start"] and all(len(v) == 3 and min(v) >= 0 for v in loads.values()), loads
+    sessions = record["load_average"]  # trained, then resumed: two sessions, each with its load as it began and ended
+    assert len(sessions) == 2 and all(sorted(s) == ["end", "start"] for s in sessions), sessions
+    assert all(len(v) == 3 and min(v) >= 0 for s in sessions for v in s.values()), sessions
 
 
 def test_evaluate_prints_score_and_signature_and_writes_report(run):

@@ -107,13 +107,15 @@ def train_tokenized(run: RunConfig, out: Path, tokenizer: Tokenizer, train_text:
         trainer.resume()
     precision = trainer.start()  # 'auto' is decided here, by a probe (a resumed run keeps its own)
     if world.is_main:  # what ran where, in which precision and why; a resumed run keeps its own, with today's budget
-        started = {"precision": precision, "corpus": counts, "provenance": provenance(str(device), world.size),
-                   "load_average": {"start": load_average()}}
-        write_json(RunFolder(out).record, started | (recorded(out) if resume else {}) | run.to_dict())
+        before = recorded(out) if resume else {}
+        sessions = [*before.get("load_average", []), {"start": load_average()}]  # one per start or resume
+        started = {"precision": precision, "corpus": counts, "provenance": provenance(str(device), world.size)}
+        write_json(RunFolder(out).record, started | before | run.to_dict() | {"load_average": sessions})
     metrics = trainer.fit()
-    if world.is_main:  # and the load as training ended: a busy machine explains a slow run
+    if world.is_main:  # and the load as this session ended: a busy machine explains a slow run
         record = recorded(out)
-        write_json(RunFolder(out).record, record | {"load_average": record["load_average"] | {"end": load_average()}})
+        record["load_average"][-1]["end"] = load_average()
+        write_json(RunFolder(out).record, record)
     return metrics
 
 # %% ../nbs/07b_translation_run.ipynb #6bf53464
