@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from transformer.data import encode_pairs, load_split, train_bpe
 from transformer.hardware import cpuinfo, cpu_isa, machine_description
 from transformer.training import TokenBatchSampler, make_batch
-from transformer.run import git_commit
+from transformer.run import git_commit, load_average
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -106,7 +106,7 @@ def write_result(name: str, result: dict, tag: str = "") -> Path:
     result = {"benchmark": name, "run": run, "commit": commit, "machine": machine_description(),
               "isa": cpu_isa(), "kernels": torch.backends.cpu.get_cpu_capability(),
               "torch": torch.__version__, "threads": torch.get_num_threads(),
-              "load_averages": [round(x, 2) for x in os.getloadavg()],  # 1, 5 and 15 minutes, as the run ends
+              "load_averages": load_average(),  # 1, 5 and 15 minutes, as the run ends
               "command": " ".join(["python", *sys.argv]), **result}
     path.write_text(json.dumps(result, indent=2) + "\n")
     return path

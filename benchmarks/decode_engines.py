@@ -25,6 +25,7 @@ from transformer.data import load_split, sha256
 from transformer.decoding import beam_search, dynamic_int8, greedy_decode
 from transformer.export import ct2_vocabulary, export_ctranslate2, optional, vocabulary
 from transformer.hub import model_folder
+from transformer.run import load_average
 from transformer.training import pad_sequences
 from transformer.translation import bleu, load_translator
 
@@ -90,7 +91,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.rounds < 3:
         parser.error("--rounds must be at least 3: the ratios need a median and a spread")
-    load_before = os.getloadavg()
+    load_before = load_average()
     folder = model_folder(args.model)
     model, tokenizer = load_translator(folder)
     alpha = args.alpha
@@ -146,7 +147,7 @@ def main() -> None:
         print(f"{r['decoder']:32}{r['sentences_per_s']:>8.1f} sentences/s{r['tokens_per_s']:>10,.1f} tokens/s"
               f"   same as ours float32: {r['same_as_ours_float32']:.1%}   val BLEU {r['val_bleu']:.2f}")
     print("ratios (> 1: ours is faster; median, spread):", {k: (r["median"], r["spread"]) for k, r in ratios.items()})
-    load = {"before": [round(x, 2) for x in load_before], "after": [round(x, 2) for x in os.getloadavg()]}
+    load = {"before": load_before, "after": load_average()}
     print("load averages (1, 5, 15 min) before and after:", load)
     named = os.path.relpath(folder, ROOT) if Path(args.model).is_dir() else args.model  # not this machine's path
     path = write_result("decode_engines", {"model": named, "model_sha256": sha256(folder / "model.safetensors"),

@@ -25,6 +25,7 @@ from common import repeated, write_result
 from decode_engines import PUBLISHED, ROOT, batches_of, ours
 from transformer.data import load_split, sha256
 from transformer.hub import model_folder
+from transformer.run import load_average
 from transformer.translation import load_translator
 
 SEARCH = "search (log-softmax, top-k, reordering, stopping)"  # whatever runs outside the model's own parts
@@ -130,7 +131,7 @@ def main() -> None:
         parser.error("--rounds must be at least 3: the wall time needs a median and a spread")
     if args.beam < 2 or args.sentences < 1:
         parser.error("--beam must be at least 2 (greedy is profiled anyway) and --sentences at least 1")
-    load_before = os.getloadavg()
+    load_before = load_average()
     folder = model_folder(args.model)
     model, tokenizer = load_translator(folder)
     test = [e.ids for e in tokenizer.encode_batch([s for s, _ in load_split("test2016")[: args.sentences]])]
@@ -153,7 +154,7 @@ def main() -> None:
             for r in found[table]:
                 print(f"  {r['name']:48}{r['profiled_ms_per_step']:>9.3f}{r['fraction']:>8.1%}")
     named = os.path.relpath(folder, ROOT) if Path(args.model).is_dir() else args.model  # not this machine's path
-    load = {"before": [round(x, 2) for x in load_before], "after": [round(x, 2) for x in os.getloadavg()]}
+    load = {"before": load_before, "after": load_average()}
     path = write_result("profile_decode", {
         "model": named, "model_sha256": sha256(folder / "model.safetensors"), "sentences": len(test),
         "batch_size": args.batch_size, "beam": args.beam, "alpha": args.alpha, "load_averages": load,

@@ -41,6 +41,7 @@ def trace(line: int) -> dict:
     src = torch.tensor([[*tokenizer.encode(source).ids, model.cfg.eos_id]])
     steps = beam_steps(model, src, args.beam, args.alpha)
     greedy = greedy_decode(model, src)[0]
+    greedy_text = tokenizer.decode(greedy)
     for row in steps:
         row["piece"] = "</s>" if row["ended"] else tokenizer.decode(row["tokens"][-1:])
         row["text"] = tokenizer.decode(row["tokens"][:-1] if row["ended"] else row["tokens"])
@@ -51,9 +52,9 @@ def trace(line: int) -> dict:
     return {"model": model_dir.name, "model_sha256": sha256(model_dir / "model.safetensors"), "split": "val",
             "line": line, "max_words": args.max_words if args.line is None else None, "source": source,
             "reference": reference, "beam": args.beam, "alpha": args.alpha, "translation": translation,
-            "greedy": tokenizer.decode(greedy), "greedy_tokens": greedy,
+            "greedy": greedy_text, "greedy_tokens": greedy,
             "sentence_bleu": {"beam": round(sentence_bleu(translation, [reference]).score, 2),
-                              "greedy": round(sentence_bleu(tokenizer.decode(greedy), [reference]).score, 2)},
+                              "greedy": round(sentence_bleu(greedy_text, [reference]).score, 2)},
             "steps": steps}
 
 
