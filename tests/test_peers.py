@@ -22,6 +22,7 @@ sys.path.insert(0, str(PEERS))
 
 import budget  # noqa: E402
 import prepare  # noqa: E402
+import profile_peer  # noqa: E402
 import report  # noqa: E402
 import screen  # noqa: E402
 
@@ -366,3 +367,26 @@ def test_budget_profiles_updates_and_padding(tmp_path):
     clock.write(tmp_path / "training.json")
     profile = json.loads((tmp_path / "training.json").read_text())["profile"]
     assert profile["padding_share"] == 0.6 and 0.3 < profile["update_share"] < 0.7
+
+
+def test_a_profile_splits_the_gap_into_padding_and_time_per_position():
+    def operators(matmul_us: float, other_us: float) -> list[dict]:
+        return [{"operator": "aten::addmm", "self_us": matmul_us, "flops": 2e9},
+                {"operator": "aten::layer_norm", "self_us": other_us, "flops": 0}]
+
+    def window(seconds: float, real: int, padded: int) -> dict:
+        return {"seconds": seconds, "positions": {"real": real, "padded": padded}}
+
+    theirs = profile_peer.side(operators(3e6, 1e6), window(5.0, 40_000, 100_000), window(4.0, 40_000, 100_000), 10,
+                               "theirs")
+    mine = profile_peer.side(operators(1e6, 0.5e6), window(2.0, 45_000, 50_000), window(1.6, 45_000, 50_000), 10,
+                             "ours")
+    assert theirs["padding_share"] == 0.6 and theirs["ms_per_1k_positions"] == 40.0  # 4 s over 100,000, unprofiled
+    assert theirs["profiled"]["ms_per_1k_positions"] == 50.0
+    assert theirs["profiled"]["outside_operators_ms_per_1k_positions"] == 10.0  # 1 s of the 5 in no operator
+    assert [k["kind"] for k in theirs["profiled"]["kinds"]] == ["matrix products", "layer norm"]
+    assert theirs["profiled"]["matmul_gflops_per_s"] == round(2e9 / 3 / 1e9, 1)
+    gap = profile_peer.gap(theirs, mine)
+    assert gap["time_per_real_token"] == round((45_000 / 1.6) / (40_000 / 4), 2)
+    assert math.isclose(gap["positions_per_real_token"] * gap["time_per_position"], gap["time_per_real_token"],
+                        rel_tol=0.01)
