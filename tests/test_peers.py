@@ -390,3 +390,5 @@ def test_a_profile_splits_the_gap_into_padding_and_time_per_position():
     assert gap["time_per_real_token"] == round((45_000 / 1.6) / (40_000 / 4), 2)
     assert math.isclose(gap["positions_per_real_token"] * gap["time_per_position"], gap["time_per_real_token"],
                         rel_tol=0.01)
+    with pytest.raises(ValueError, match="no operator"):  # a profile read too early is an error, not a blank row
+        profile_peer.side([], window(5.0, 4, 10), window(4.0, 4, 10), 10, "theirs")

@@ -40,6 +40,8 @@ MATMUL = "matrix products"
 def side(operators: list[dict], profiled: dict, unprofiled: dict, updates: int, loop: str) -> dict:
     """One side's record from two windows of `updates` updates, each {"seconds", "positions": {"real", "padded"}}:
     its speed from the unprofiled one, its time by kind per 1,000 positions from the profiled one (`operators`)."""
+    if not operators:
+        raise ValueError(f"the profiler recorded no operator for {loop!r}: was it read before it stopped?")
     own = defaultdict(float)
     flops = 0
     for op in operators:
@@ -87,9 +89,9 @@ def ours(warmup: int, updates: int) -> dict:
             for batch in batches[warmup:]:
                 train_step(impl, optimizer, batch, bf16=False)
             windows.append({"seconds": time.perf_counter() - started, "positions": positions})
-            if profiled:
-                operators = [{"operator": e.key, "self_us": e.self_cpu_time_total, "flops": e.flops}
-                             for e in prof.key_averages()]
+        if profiled:  # the profiler's events are there once it has stopped
+            operators = [{"operator": e.key, "self_us": e.self_cpu_time_total, "flops": e.flops}
+                         for e in prof.key_averages()]
     return side(operators, *windows, updates, "benchmarks/train_throughput.py's train_step, float32, "
                 "batches pre-tokenized and bucketed by length (the Trainer's own batching)")
 
