@@ -1,5 +1,6 @@
-"""Decoding a trained model, side by side in one run: ours in float32 and with dynamic int8 linear layers, and
-CTranslate2 in float32 and int8 on the same exported weights; beam 4 and greedy, on the test2016 sources.
+"""Decoding a trained model, side by side in one run: ours in float32, with dynamic int8 linear layers and through
+`FastDecoder` (compiled, in float32 and, where the CPU has bf16 instructions, in bf16), and CTranslate2 in float32 and
+int8 on the same exported weights; beam 4 and greedy, on the test2016 sources.
 
 Unlike decode_throughput.py (random weights, every output forced to one length), this decodes the real model as a
 user would: each engine stops where its search ends, so the outputs and their lengths are counted. The same
@@ -24,6 +25,8 @@ from common import ratio_of_rounds, write_result
 from transformer.data import load_split, sha256
 from transformer.decoding import beam_search, dynamic_int8, greedy_decode
 from transformer.export import ct2_vocabulary, export_ctranslate2, optional, vocabulary
+from transformer.fast_decoding import FastDecoder
+from transformer.hardware import native_bf16
 from transformer.hub import model_folder
 from transformer.run import load_average
 from transformer.training import pad_sequences
@@ -97,6 +100,10 @@ def main() -> None:
     alpha = args.alpha
     threads = torch.get_num_threads()
     int8_model = dynamic_int8(model)
+    fast = {"float32": FastDecoder(model)}  # compiled during the warm-up below, never while timed
+    if native_bf16("cpu")[0]:
+        fast["bf16"] = FastDecoder(model, torch.bfloat16)
+    torch._dynamo.config.recompile_limit = 64  # both decoders' graphs share one function's compile cache
     test = [e.ids for e in tokenizer.encode_batch([s for s, _ in load_split("test2016")[: args.sentences]])]
     val = load_split("val")
     val_ids = [e.ids for e in tokenizer.encode_batch([s for s, _ in val])]
@@ -106,11 +113,14 @@ def main() -> None:
         for beam, label in ((args.beam, f"beam {args.beam}"), (1, "greedy")):
             decoders |= {f"ours float32, {label}": ours(model, beam, alpha),
                          f"ours int8, {label}": ours(int8_model, beam, alpha),
+                         **{f"ours compiled {kind}, {label}": ours(decoder, beam, alpha)
+                            for kind, decoder in fast.items()},
                          **{f"CTranslate2 {kind}, {label}": ctranslate2_decoder(exported, kind, beam, alpha, threads)
                             for kind in ("float32", "int8")}}
         _, batches = batches_of(test, args.batch_size)  # every decoder's outputs in this same order
-        for run in decoders.values():  # warm-up: first calls allocate
-            run(batches[0])
+        for run in decoders.values():  # warm-up: first calls allocate, and compile (with one sentence, the graphs
+            run(batches[0])            # for a lone sentence, which beam search reaches as the others finish)
+            run(batches[0][:1])
         per_round = []
         for _ in range(args.rounds):
             seconds, outputs = dict.fromkeys(decoders, 0.0), {name: [] for name in decoders}
@@ -141,6 +151,11 @@ def main() -> None:
             ratios[f"{key}_vs_ctranslate2_{kind}"] = ratio_of_rounds(per_round, engine, f"ours float32, {label}")
             ratios[f"{key}_int8_vs_ctranslate2_{kind}"] = ratio_of_rounds(per_round, engine, f"ours int8, {label}")
         ratios[f"{key}_int8_vs_float32"] = ratio_of_rounds(per_round, f"ours float32, {label}", f"ours int8, {label}")
+        for kind in fast:  # the compiled decoder against CTranslate2's fastest, and against our eager float32
+            compiled = f"ours compiled {kind}, {label}"
+            ratios[f"{key}_compiled_{kind}_vs_ctranslate2_int8"] = ratio_of_rounds(
+                per_round, f"CTranslate2 int8, {label}", compiled)
+            ratios[f"{key}_compiled_{kind}_vs_float32"] = ratio_of_rounds(per_round, f"ours float32, {label}", compiled)
     print(f"{n} test2016 sources in batches of {args.batch_size}, {threads} threads; model {folder}; "
           f"beam search alpha {alpha}")
     for r in rows:

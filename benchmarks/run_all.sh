@@ -13,7 +13,7 @@ export BENCH_RUN=${BENCH_RUN:-$(date -u +%Y-%m-%dT%H:%MZ)}
 machine=$(cd benchmarks && python -c "from common import machine_key; print(machine_key())")
 rm -f "benchmarks/results/$machine"/*-cpu.json  # a file this run does not rewrite would be from another day
 run() { echo "== $* ($(date -u +%H:%M:%S))"; "$@"; }
-run python benchmarks/train_throughput.py --steps 12
+run python benchmarks/train_throughput.py --steps 12 --compile  # and our step under torch.compile
 run python benchmarks/train_throughput.py --presets base --steps 6 --bf16-steps 1
 run python benchmarks/profile_step.py --steps 8
 if python -c "import sys; from transformer.hardware import native_bf16; sys.exit(not native_bf16('cpu')[0])"; then

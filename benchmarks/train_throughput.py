@@ -237,6 +237,9 @@ def main() -> None:
                 ratios[f"train_{preset}_{dtype}_vs_{key}"] = repeated([b / r[other] for b, r in zip(best, per_round)],
                                                                       digits=2)
                 ceilings[f"train_{preset}_{dtype}_vs_{key}"] = round(at_peak / tok_s[other], 2)
+            if "ours (torch.compile)" in tok_s:  # whether compiling our step pays, side by side
+                ratios[f"train_{preset}_{dtype}_compiled_vs_eager"] = repeated(
+                    [r["ours (torch.compile)"] / r["ours"] for r in per_round], digits=2)
             print(f"{preset} {dtype}: " + ", ".join(f"{k} {v:,.0f} tok/s" for k, v in tok_s.items()), flush=True)
     print(f"\n{'preset':8}{'dtype':9}{'implementation':24}{'target tok/s':>14}{'of peak':>9}")
     for r in rows:

@@ -10,7 +10,7 @@ from transformer.model import Transformer, TransformerConfig
 torch.set_num_threads(1)
 
 VOCAB = 50
-PAD, BOS = 0, 1
+PAD, BOS, EOS = 0, 1, 2
 D_MODEL, N_HEADS = 32, 4
 
 
@@ -61,6 +61,23 @@ def post_ln_model() -> Transformer:
 def narrow_key_model() -> Transformer:
     "A tiny post-LN model whose queries and keys are 3 wide per head, values 8 (Table 3 (B)), vectors randomised."
     return randomize_vectors(make_model(seed=3, d_k=3), seed=102)
+
+
+@pytest.fixture(scope="session")
+def ending_model() -> Transformer:
+    """A tiny post-LN model over 30 tokens, untied, with randomised vectors and </s> made likelier (read-only).
+
+    Random models rarely choose </s>, so their outputs all run to the length limit; the +6 on the </s> logit makes
+    greedy and beam outputs end at different lengths, some early and some late.
+    """
+    torch.manual_seed(1)
+    cfg = TransformerConfig.preset("tiny", src_vocab_size=30, tgt_vocab_size=30, dropout=0.0, tie_embeddings=False)
+    model = randomize_vectors(Transformer(cfg).eval(), seed=101)
+    with torch.no_grad():
+        model.generator.weight.mul_(2.0)
+    bonus = torch.zeros(30).index_fill(0, torch.tensor([EOS]), 6.0)
+    model.generator.register_forward_hook(lambda module, inputs, logits: logits + bonus)
+    return model
 
 
 @pytest.fixture(scope="session")

@@ -85,20 +85,9 @@ def forbid_eos(model: Transformer):
 
 
 @pytest.fixture(scope="module")
-def model() -> Transformer:
-    """A tiny post-LN model over 30 tokens, untied, with randomised vectors and </s> made likelier (read-only).
-
-    Random models rarely choose </s>, so their outputs all run to the length limit; the +6 on the </s> logit makes
-    greedy and beam outputs end at different lengths, some early and some late.
-    """
-    torch.manual_seed(1)
-    cfg = TransformerConfig.preset("tiny", src_vocab_size=30, tgt_vocab_size=30, dropout=0.0, tie_embeddings=False)
-    model = randomize_vectors(Transformer(cfg).eval(), seed=101)
-    with torch.no_grad():
-        model.generator.weight.mul_(2.0)
-    bonus = torch.zeros(30).index_fill(0, torch.tensor([EOS]), 6.0)
-    model.generator.register_forward_hook(lambda module, inputs, logits: logits + bonus)
-    return model
+def model(ending_model) -> Transformer:
+    "The shared model whose outputs end at different lengths (conftest's `ending_model`, read-only)."
+    return ending_model
 
 
 # --- the key-value cache ------------------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ PARTS = {  # the parts of _toc.yml, in order, with the chapters of each that the
     "Beyond the paper": ["09e_decoder_only"],
     "The machinery of a real run": ["04a_hardware", "04b_checkpoints", "04b_model_folders", "04c_data_parallel",
                                     "04d_budget", "04d_trainer", "07_data", "07a_run", "07b_translation",
-                                    "07b_translation_run", "07c_scoring", "07d_report", "08_cli",
+                                    "07b_translation_run", "05b_fast_decoding", "07c_scoring", "07d_report", "08_cli",
                                     "12_making_the_book"],
     "Appendix": ["10_benchmarks"],
 }

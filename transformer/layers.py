@@ -40,8 +40,8 @@ def check_tokens(tokens: Tensor, vocab_size: int) -> None:
         raise TypeError(f"token ids must be an integer tensor, got {tokens.dtype}")
     if tokens.dim() != 2:
         raise ValueError(f"token ids must have shape (batch, length), got {tuple(tokens.shape)}")
-    if tokens.device.type != "cpu":  # reading values would stall the GPU: batches are checked on the host instead
-        return
+    if tokens.device.type != "cpu" or torch.compiler.is_compiling():  # a GPU would stall, a compiled graph break:
+        return  # batches are checked on the host instead (`translate_ids`, `make_batch`)
     if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= vocab_size):
         raise ValueError(f"token ids must lie in [0, {vocab_size}), got values in "
                          f"[{int(tokens.min())}, {int(tokens.max())}]: does the vocabulary match the model?")

@@ -1,0 +1,145 @@
+"""FastDecoder: its static cache and step against the model's own decoding, eager and compiled, and its errors."""
+
+import pytest
+import torch
+from torch.testing import assert_close
+
+from conftest import BOS, EOS, PAD, padded_tokens
+from transformer.decoder_only import DecoderOnly, DecoderOnlyConfig
+from transformer.decoding import beam_search, greedy_decode, translate_ids
+from transformer.fast_decoding import FastDecoder, StaticKVCache
+from transformer.model import Transformer
+
+TOL = dict(atol=1e-5, rtol=1e-5)
+MODELS = ["post_ln_model", "pre_ln_model", "narrow_key_model", "ending_model"]
+
+
+def ended_sources(lengths: list[int], seed: int) -> torch.Tensor:
+    "A right-padded batch of random ids below 30 (every fixture's vocabulary has them), each row ending in </s>."
+    src = padded_tokens([n + 1 for n in lengths], max(lengths) + 1, seed=seed) % 27 + 3  # no specials inside
+    for b, n in enumerate(lengths):
+        src[b, n], src[b, n + 1 :] = EOS, PAD
+    return src
+
+
+@torch.inference_mode()
+def steps_by_hand(decoder: FastDecoder, src: torch.Tensor, prefix: torch.Tensor,
+                  cache: StaticKVCache | None = None, context: tuple | None = None) -> torch.Tensor:
+    "Logits (B, T, V) of feeding `prefix` (B, T) to `decoder` one position at a time, continuing `cache`."
+    context = context or decoder.start(src)
+    cache = cache if cache is not None else decoder.new_cache()
+    return torch.stack([decoder.generator(decoder.step(prefix[:, t : t + 1], context, cache))[:, 0]
+                        for t in range(prefix.size(1))], dim=1)
+
+
+@pytest.mark.parametrize("which", MODELS)
+@pytest.mark.parametrize("capacity", [1, 3, 64])
+def test_static_steps_equal_the_whole_decode(which, capacity, request):
+    """Step by step through a StaticKVCache (buffers doubled along the way, or never), each position's logits are
+    the whole decoder's, which reads every position at once under the causal mask."""
+    model = request.getfixturevalue(which)
+    decoder = FastDecoder(model, compile=False, capacity=capacity)
+    src = ended_sources([7, 3, 1], seed=capacity)
+    prefix = padded_tokens([9, 9, 9], 9, seed=20 + capacity, first=BOS) % 27 + 3
+    prefix[:, 0] = BOS
+    cache = decoder.new_cache()
+    stepped = steps_by_hand(decoder, src, prefix, cache)
+    with torch.inference_mode():
+        whole = model(src, prefix)
+    assert_close(stepped, whole, **TOL)
+    assert len(cache) == 9 and cache.capacity >= 9 and cache.buffers[0][0].shape[2] == cache.capacity
+
+
+def test_static_cache_select_follows_reordered_rows(pre_ln_model):
+    """After `select` (rows reordered and repeated, some sentences gone, as beam search does), decoding continues
+    exactly those rows."""
+    model, decoder = pre_ln_model, FastDecoder(pre_ln_model, compile=False, capacity=2)
+    src = ended_sources([6, 3, 5], seed=30)
+    prefix = padded_tokens([8, 8, 8], 8, seed=31, first=BOS) % 27 + 3
+    prefix[:, 0] = BOS
+    memory, src_mask = decoder.start(src)
+    cache = decoder.new_cache()
+    steps_by_hand(decoder, src, prefix[:, :4], cache, (memory, src_mask))
+    rows = torch.tensor([2, 0, 2])
+    cache.select(rows, memory_index=rows)
+    continued = steps_by_hand(decoder, src, prefix[rows, 4:], cache, (memory[rows], src_mask[rows]))
+    with torch.inference_mode():
+        whole = model(src[rows], prefix[rows])
+    assert_close(continued, whole[:, 4:], **TOL)
+
+
+@pytest.mark.parametrize("which", MODELS)
+def test_fast_searches_find_what_the_model_finds(which, request):
+    """Greedy decoding and beam search through an eager FastDecoder give the model's own outputs and scores."""
+    model = request.getfixturevalue(which)
+    decoder = FastDecoder(model, compile=False, capacity=4)
+    src = ended_sources([6, 1, 3, 9, 2], seed=5)
+    greedy = greedy_decode(decoder, src, max_extra=8)
+    assert greedy == greedy_decode(model, src, max_extra=8)
+    assert any(len(y) > 1 for y in greedy)  # not trivially equal (empty outputs)
+    ours = beam_search(decoder, src, 3, n_best=2, max_extra=8)
+    theirs = beam_search(model, src, 3, n_best=2, max_extra=8)
+    assert [[h.tokens for h in s] for s in ours] == [[h.tokens for h in s] for s in theirs]
+    scores = [torch.tensor([[h.score for h in s] for s in found]) for found in (ours, theirs)]
+    assert_close(*scores, **TOL)
+
+
+def test_compiled_decoder_finds_what_the_model_finds_without_graph_breaks(ending_model):
+    """The compiled step (torch.compile, inductor) gives the model's greedy and beam outputs, and traces whole: no
+    graph break (e.g. a token check that reads values), and a few graphs, not one per step: greedy's, beam search's
+    (its beams share their sentence's memory), and one more where a batch dimension is 1 (always specialised)."""
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    decoder = FastDecoder(ending_model)
+    src = ended_sources([6, 1, 3, 9, 2, 7], seed=6)
+    assert greedy_decode(decoder, src, max_extra=8) == greedy_decode(ending_model, src, max_extra=8)
+    shorter = src[:4, :8]  # another batch size and source length: the same graph
+    assert greedy_decode(decoder, shorter, max_extra=8) == greedy_decode(ending_model, shorter, max_extra=8)
+    ours, theirs = beam_search(decoder, src, 3, max_extra=8), beam_search(ending_model, src, 3, max_extra=8)
+    assert [h[0].tokens for h in ours] == [h[0].tokens for h in theirs]
+    counters = torch._dynamo.utils.counters
+    assert not counters["graph_break"], dict(counters["graph_break"])
+    assert counters["stats"]["unique_graphs"] <= 4, dict(counters["stats"])
+
+
+def test_translate_ids_takes_a_fast_decoder(ending_model):
+    """`translate_ids` (sorting, batching, order restored) decodes through a FastDecoder as through the model."""
+    sentences = [[5, 9, 4], [7], [3, 3, 8, 12, 6], [20, 11]]
+    for beam in (1, 3):
+        assert (translate_ids(FastDecoder(ending_model, compile=False), sentences, beam, batch_size=3)
+                == translate_ids(ending_model, sentences, beam, batch_size=3))
+
+
+def test_bf16_decoder_is_a_bf16_copy_close_to_float32(post_ln_model):
+    """In bf16 the decoder holds a bf16 copy (the model stays float32); its logits stay within bf16's rounding of
+    float32's, and its searches end within their limits."""
+    half = FastDecoder(post_ln_model, dtype=torch.bfloat16, compile=False)
+    assert half.model.generator.weight.dtype == torch.bfloat16 and next(half.parameters()).dtype == torch.bfloat16
+    assert post_ln_model.generator.weight.dtype == torch.float32
+    src = ended_sources([5, 2, 7], seed=8)
+    prefix = padded_tokens([6, 6, 6], 6, seed=9) % 27 + 3
+    prefix[:, 0] = BOS
+    logits = steps_by_hand(half, src, prefix)
+    with torch.inference_mode():
+        reference = post_ln_model(src, prefix)
+    assert logits.dtype == torch.bfloat16
+    assert (logits.float() - reference).abs().max() < 0.05 * reference.abs().max()
+    for y, n in zip(greedy_decode(half, src, max_extra=4), [5, 2, 7]):
+        assert len(y) <= n + 4
+
+
+def test_bad_use_is_refused_clearly(post_ln_model):
+    """A decoder-only model, an integer dtype, several tokens in one step, no cache, a capacity of 0: each named."""
+    decoder_only = DecoderOnly(DecoderOnlyConfig.preset("tiny", vocab_size=30))
+    with pytest.raises(ValueError, match="encoder-decoder models; this one is decoder-only"):
+        FastDecoder(decoder_only)
+    with pytest.raises(ValueError, match="dtype must be one of"):
+        FastDecoder(post_ln_model, dtype=torch.int8)
+    decoder = FastDecoder(post_ln_model, compile=False)
+    src = ended_sources([4, 2], seed=1)
+    with pytest.raises(ValueError, match=r"one token per row .* got ids of shape \(2, 3\)"):
+        decoder.step(torch.full((2, 3), BOS), decoder.start(src), decoder.new_cache())
+    with pytest.raises(ValueError, match="on its own cache .* cache NoneType"):
+        greedy_decode(decoder, src, use_cache=False)
+    with pytest.raises(ValueError, match="capacity must be at least 1"):
+        greedy_decode(FastDecoder(post_ln_model, compile=False, capacity=0), src)
