@@ -100,6 +100,8 @@ def test_compiled_decoder_finds_what_the_model_finds_without_graph_breaks(ending
     counters = torch._dynamo.utils.counters
     assert not counters["graph_break"], dict(counters["graph_break"])
     assert counters["stats"]["unique_graphs"] <= 4, dict(counters["stats"])
+    greedy_decode(FastDecoder(ending_model, torch.bfloat16), src, max_extra=8)  # bf16 traces whole too
+    assert not counters["graph_break"], dict(counters["graph_break"])
 
 
 def test_translate_ids_takes_a_fast_decoder(ending_model):

@@ -71,6 +71,7 @@ def pad_sequences(seqs: Sequence[Sequence[int]], pad_id: int) -> Tensor:
 
 # %% ../nbs/01_attention.ipynb #0f96c33c
 @functools.cache
+@torch.compiler.assume_constant_result  # torch.compile reads the answer, not the CPU query (a graph break)
 def cpu_has_bf16_matmul() -> bool:
     "Whether PyTorch's CPU matrix products can use bf16 instructions here (AVX512-BF16 or AMX, not emulated)."
     checks = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
@@ -90,8 +91,7 @@ def fast_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,
     "`explicit_attention` by the faster path here: PyTorch's fused kernel or the written-out one."
     if q.device.type == "cpu":
         one_query = q.size(-2) == 1 and dropout_p == 0.0  # step-by-step decoding: kernel set-up outweighs the work
-        short_bf16 = k.size(-2) <= EXPLICIT_MAX_KEYS.get(q.dtype, 0) and cpu_has_bf16_matmul()
-        if one_query or short_bf16:
+        if one_query or (k.size(-2) <= EXPLICIT_MAX_KEYS.get(q.dtype, 0) and cpu_has_bf16_matmul()):  # short bf16
             return explicit_attention(q, k, v, mask, dropout_p)[0]
     check_mask(mask, (*q.shape[:-1], k.size(-2)))
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
