@@ -152,7 +152,7 @@ LAYERS = {
     "model": {"attention", "layers", "model", "decoder_only", "complexity"},
     "files": {"checkpoint", "model_folder", "data", "hub"},
     "training": {"training", "hardware", "budget", "distributed", "trainer", "run"},
-    "inference": {"decoding", "translation", "scoring", "report", "export", "web", "parsing", "treebank",
+    "inference": {"decoding", "fast_decoding", "translation", "scoring", "report", "export", "web", "parsing", "treebank",
                   "copy_task"},
     "application": {"translation_run", "cli", "viz"},  # a translation run: training with BLEU on validation
 }

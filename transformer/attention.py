@@ -71,7 +71,6 @@ def pad_sequences(seqs: Sequence[Sequence[int]], pad_id: int) -> Tensor:
 
 # %% ../nbs/01_attention.ipynb #0f96c33c
 @functools.cache
-@torch.compiler.assume_constant_result  # torch.compile reads the answer, not the CPU query (a graph break)
 def cpu_has_bf16_matmul() -> bool:
     "Whether PyTorch's CPU matrix products can use bf16 instructions here (AVX512-BF16 or AMX, not emulated)."
     checks = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")

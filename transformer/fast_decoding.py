@@ -7,7 +7,7 @@ Docs: https://transformer-book.github.io/transformer/fast_decoding.html.md"""
 # %% auto #0
 __all__ = ['DECODING_DTYPES', 'reordered', 'StaticKVCache', 'static_step', 'FastDecoder']
 
-# %% ../nbs/05b_fast_decoding.ipynb #e1582666
+# %% ../nbs/05b_fast_decoding.ipynb #3b5ab284
 import copy
 from collections.abc import Iterator
 
@@ -16,7 +16,7 @@ from torch import Tensor, nn
 
 from .model import KVCache, Transformer
 
-# %% ../nbs/05b_fast_decoding.ipynb #5615e79f
+# %% ../nbs/05b_fast_decoding.ipynb #502cb470
 def reordered(buffer: Tensor, index: Tensor, length: int) -> Tensor:
     "A new buffer (len(index), h, C, d) holding rows `index` of `buffer`'s first `length` positions."
     out = buffer.new_empty(len(index), *buffer.shape[1:])
@@ -62,7 +62,7 @@ class StaticKVCache(KVCache):
             for layer in self.layers:
                 layer["cross"] = {name: t.index_select(0, memory_index) for name, t in layer["cross"].items()}
 
-# %% ../nbs/05b_fast_decoding.ipynb #e88654fd
+# %% ../nbs/05b_fast_decoding.ipynb #64aed1b0
 def static_step(model: Transformer, token: Tensor, position: int, context: tuple[Tensor, Tensor],
                 memory_kv: list[dict[str, Tensor]], buffers: list[tuple[Tensor, Tensor]]) -> Tensor:
     "Decoder output (B, 1, d_model) for `token` (B, 1) at `position`; its keys and values go into `buffers` in place."
@@ -84,7 +84,7 @@ def static_step(model: Transformer, token: Tensor, position: int, context: tuple
         x = layer.residual[2](x, layer.feed_forward)
     return model.decoder.norm(x)
 
-# %% ../nbs/05b_fast_decoding.ipynb #405370cc
+# %% ../nbs/05b_fast_decoding.ipynb #6dd9cdda
 DECODING_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
