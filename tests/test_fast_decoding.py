@@ -1,5 +1,9 @@
 """FastDecoder: its static cache and step against the model's own decoding, eager and compiled, and its errors."""
 
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 from torch.testing import assert_close
@@ -51,21 +55,28 @@ def test_static_steps_equal_the_whole_decode(which, capacity, request):
 
 
 def test_static_cache_select_follows_reordered_rows(pre_ln_model):
-    """After `select` (rows reordered and repeated, some sentences gone, as beam search does), decoding continues
-    exactly those rows."""
+    """After each `select` (rows reordered and repeated, some sentences gone, as beam search does), decoding continues
+    exactly those rows: through fresh buffers, doubled ones, and the spares of the select before (same rows, fewer)."""
     model, decoder = pre_ln_model, FastDecoder(pre_ln_model, compile=False, capacity=2)
     src = ended_sources([6, 3, 5], seed=30)
-    prefix = padded_tokens([8, 8, 8], 8, seed=31, first=BOS) % 27 + 3
+    prefix = padded_tokens([10, 10, 10], 10, seed=31, first=BOS) % 27 + 3
     prefix[:, 0] = BOS
+    keep = {4: [2, 0, 2], 6: [1, 2], 7: [1, 1, 0], 8: [2]}  # at length t: these rows; spares reused at 7 and 8
     memory, src_mask = decoder.start(src)
-    cache = decoder.new_cache()
-    steps_by_hand(decoder, src, prefix[:, :4], cache, (memory, src_mask))
-    rows = torch.tensor([2, 0, 2])
-    cache.select(rows, memory_index=rows)
-    continued = steps_by_hand(decoder, src, prefix[rows, 4:], cache, (memory[rows], src_mask[rows]))
+    cache, track, start = decoder.new_cache(), torch.arange(3), 0
+    for t in [*keep, 10]:
+        stepped = steps_by_hand(decoder, src, prefix[track, start:t], cache, (memory[track], src_mask[track]))
+        if t in keep:
+            rows = torch.tensor(keep[t])
+            reused = cache.spares and cache.spares[0][0].untyped_storage().data_ptr()
+            with torch.inference_mode():  # as in the searches: the spares were made in inference mode
+                cache.select(rows, memory_index=rows)
+            assert not reused or cache.buffers[0][0].untyped_storage().data_ptr() == reused
+            track, start = track[rows], t
+    assert cache.capacity == 16 and len(track) == 1
     with torch.inference_mode():
-        whole = model(src[rows], prefix[rows])
-    assert_close(continued, whole[:, 4:], **TOL)
+        whole = model(src[track], prefix[track])
+    assert_close(stepped, whole[:, 8:], **TOL)
 
 
 @pytest.mark.parametrize("which", MODELS)
@@ -102,6 +113,35 @@ def test_compiled_decoder_finds_what_the_model_finds_without_graph_breaks(ending
     assert counters["stats"]["unique_graphs"] <= 4, dict(counters["stats"])
     greedy_decode(FastDecoder(ending_model, torch.bfloat16), src, max_extra=8)  # bf16 traces whole too
     assert not counters["graph_break"], dict(counters["graph_break"])
+
+
+STEPPED_ERROR = """
+import torch
+from transformer.fast_decoding import FastDecoder
+from transformer.model import Transformer, TransformerConfig
+torch.manual_seed(0)
+model = Transformer(TransformerConfig.preset("tiny", src_vocab_size=30, tgt_vocab_size=30, dropout=0.0)).eval()
+src, tgt = torch.randint(3, 30, (3, 7)), torch.randint(3, 30, (3, 6))
+decoder = FastDecoder(model)
+with torch.inference_mode():
+    context, cache = decoder.start(src), decoder.new_cache()
+    stepped = torch.cat([decoder.step(tgt[:, t : t + 1], context, cache) for t in range(6)], dim=1)
+    print((decoder.generator(stepped) - model(src, tgt)).abs().max().item())
+"""
+
+
+@pytest.mark.skipif(torch.backends.cpu.get_cpu_capability() != "AVX512", reason="needs AVX-512 to force AVX2 below")
+def test_compiled_decoder_is_right_when_avx2_is_forced_after_a_native_compile(tmp_path):
+    """Compiled natively (AVX-512) and then, in a process with ATEN_CPU_CAPABILITY=avx2, compiled again with the same
+    inductor disk cache: both give the model's logits. Without `compile_options` the second loaded the first's
+    kernels, built for AVX2, and its logits were off by about 5 (or NaN)."""
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path), "OMP_NUM_THREADS": "1"}
+    env.pop("ATEN_CPU_CAPABILITY", None)
+    for capability in (None, "avx2"):
+        forced = env if capability is None else {**env, "ATEN_CPU_CAPABILITY": capability}
+        done = subprocess.run([sys.executable, "-c", STEPPED_ERROR], env=forced, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert float(done.stdout.split()[-1]) < 1e-4, (capability, done.stdout)
 
 
 def test_translate_ids_takes_a_fast_decoder(ending_model):
