@@ -171,7 +171,7 @@ class MultiHeadAttention(nn.Module):
         if G * k.size(0) != B:
             raise ValueError(f"{B} query rows cannot share {k.size(0)} rows of keys: not a multiple")
         if G > 1:  # the group's queries become extra queries of its one key row: keys and values are read once
-            q = q.unflatten(0, (-1, G)).transpose(1, 2).flatten(2, 3)  # (B/G, h, G·T, d_k)
+            q = q.unflatten(0, (k.size(0), G)).transpose(1, 2).flatten(2, 3)  # (B/G, h, G·T, d_k)
         if self.record:
             out, weights = explicit_attention(q, k, v, mask, p)
             self.weights = (weights.unflatten(2, (G, T)).transpose(1, 2).flatten(0, 1) if G > 1 else weights).detach()
