@@ -14,6 +14,7 @@ from collections.abc import Iterator
 import torch
 from torch import Tensor, nn
 
+from .attention import cpu_has_bf16_matmul
 from .model import KVCache, Transformer
 
 # %% ../nbs/05b_fast_decoding.ipynb #502cb470
@@ -114,6 +115,7 @@ class FastDecoder:
         self.model = model if same else copy.deepcopy(model).to(dtype)  # the caller's model stays as it is
         self.cfg, self.generator, self.dtype, self.capacity = model.cfg, self.model.generator, dtype, capacity
         self.run_step = torch.compile(static_step, dynamic=True, options=compile_options()) if compile else static_step
+        cpu_has_bf16_matmul()  # asked now: attention reads the answer, and the compiled step cannot trace the query
 
     def start(self, src: Tensor) -> tuple[Tensor, Tensor]:
         "The memory (B, S, d_model) in `dtype` and its mask (B, 1, 1, S), for source ids (B, S)."
