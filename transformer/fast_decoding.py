@@ -114,7 +114,8 @@ class FastDecoder:
         same = next(model.parameters()).dtype == dtype
         self.model = model if same else copy.deepcopy(model).to(dtype)  # the caller's model stays as it is
         self.cfg, self.generator, self.dtype, self.capacity = model.cfg, self.model.generator, dtype, capacity
-        self.run_step = torch.compile(static_step, dynamic=True, options=compile_options()) if compile else static_step
+        options = compile_options()
+        self.run_step = torch.compile(static_step, dynamic=True, options=options) if compile else static_step
         cpu_has_bf16_matmul()  # asked now: attention reads the answer, and the compiled step cannot trace the query
 
     def start(self, src: Tensor) -> tuple[Tensor, Tensor]:
