@@ -95,11 +95,11 @@ def test_fast_searches_find_what_the_model_finds(which, request):
     assert_close(*scores, **TOL)
 
 
-def whole_frames(counters: dict) -> bool:
-    "Whether dynamo traced every frame it tried whole: no graph break, and no frame it gave up on and ran eagerly."
+def assert_traced_whole(counters: dict) -> None:
+    "Dynamo traced every frame it tried whole: no graph break, and no frame it gave up on and ran eagerly."
     gave_up = dict(counters["unimplemented"])  # e.g. an error raised while tracing symbolic shapes
     assert not counters["graph_break"] and not gave_up, (dict(counters["graph_break"]), gave_up)
-    return counters["frames"]["ok"] == counters["frames"]["total"]
+    assert counters["frames"]["ok"] == counters["frames"]["total"], dict(counters["frames"])
 
 
 def test_compiled_decoder_finds_what_the_model_finds_without_graph_breaks(ending_model):
@@ -117,10 +117,11 @@ def test_compiled_decoder_finds_what_the_model_finds_without_graph_breaks(ending
     shorter = src[:4, :8]  # another batch size and source length: the same graph
     assert greedy_decode(decoder, shorter, max_extra=8) == greedy_decode(ending_model, shorter, max_extra=8)
     counters = torch._dynamo.utils.counters
-    assert whole_frames(counters) and counters["stats"]["unique_graphs"] <= 4, dict(counters["stats"])
+    assert_traced_whole(counters)
+    assert counters["stats"]["unique_graphs"] <= 4, dict(counters["stats"])
     half = FastDecoder(ending_model, torch.bfloat16)  # bf16 traces whole too, where attention asks about the CPU
     greedy_decode(half, src, max_extra=8), beam_search(half, src, 4, max_extra=8)
-    assert whole_frames(counters)
+    assert_traced_whole(counters)
 
 
 STEPPED_ERROR = """
