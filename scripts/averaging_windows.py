@@ -23,9 +23,6 @@ from transformer.hardware import machine_description
 from transformer.run import git_commit, load_average
 from transformer.translation import bleu, translate_text
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
 def windows(steps: list[int], losses: dict[int, float]) -> dict[str, list[int]]:
     "Named sets of checkpoint steps to average: the last 1, 5, 10 and 15, five around the lowest loss, and after it."
     lowest = min((s for s in steps if s in losses), key=losses.__getitem__)
