@@ -103,7 +103,6 @@ def main() -> None:
     fast = {"float32": FastDecoder(model)}  # compiled during the warm-up below, never while timed
     if native_bf16("cpu")[0]:
         fast["bf16"] = FastDecoder(model, torch.bfloat16)
-    torch._dynamo.config.recompile_limit = 64  # both decoders' graphs share one function's compile cache
     test = [e.ids for e in tokenizer.encode_batch([s for s, _ in load_split("test2016")[: args.sentences]])]
     val = load_split("val")
     val_ids = [e.ids for e in tokenizer.encode_batch([s for s, _ in val])]

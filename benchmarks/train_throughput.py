@@ -26,9 +26,9 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from common import bucketed_batches, matmul_peak_gflops, multi30k_ids, repeated, sync, write_result
-from transformer.hardware import keep_freed_memory, native_bf16
+from transformer.hardware import compile_dynamic, keep_freed_memory, native_bf16
 from transformer.model import Transformer, TransformerConfig
-from transformer.training import label_smoothing, make_optimizer
+from transformer.training import BatchLoss, make_optimizer
 
 # --- the baselines ---------------------------------------------------------------------------------------------
 
@@ -124,15 +124,18 @@ class NaiveTransformer(WithOurEmbeddings):
 
 
 class Ours(nn.Module):
-    "Our model with its own training loss (logits only at real target positions)."
+    "Our model with its own training loss (logits only at real target positions), compiled as the trainer compiles."
 
-    def __init__(self, cfg: TransformerConfig, compile: bool = False):
+    def __init__(self, cfg: TransformerConfig, compile: bool = False, smoothing: float = 0.1):
         super().__init__()
-        self.model = Transformer(cfg)
-        self.step_loss = torch.compile(self.model.batch_loss, dynamic=True) if compile else self.model.batch_loss
+        self.model, self.smoothing = Transformer(cfg), smoothing
+        batch_loss = BatchLoss(self.model, smoothing)  # what `Trainer` runs, and compiles where it decides to
+        self.step_loss = compile_dynamic(batch_loss) if compile else batch_loss
 
     def loss(self, batch, smoothing):
-        return self.step_loss(batch, label_smoothing(smoothing))[0]
+        if smoothing != self.smoothing:
+            raise ValueError(f"this model's loss smooths with {self.smoothing}, not {smoothing}")
+        return self.step_loss(batch.src, batch.tgt_in, batch.tgt_out, batch.target_rows)[0]
 
 # --- measuring -----------------------------------------------------------------------------------------------------
 

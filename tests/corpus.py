@@ -25,6 +25,7 @@ max_steps = 4
 warmup = 10
 eval_every = 2
 precision = "fp32"
+compile = "off"
 [data]
 vocab_size = 300
 train_src = "train.de"

@@ -79,6 +79,8 @@ def test_train_writes_checkpoints_metrics_and_tokenizer(run):
     assert record["provenance"]["commit"] and record["train"]["precision"] == "auto"
     assert record["precision"]["setting"] == "auto" and record["precision"]["precision"] in ("bf16", "fp16", "fp32")
     assert record["precision"]["reason"] and "torch kernels" in record["provenance"]["machine"]
+    assert record["train"]["compile"] == "auto" and not record["compile"]["compiled"]  # a few steps: not worth it
+    assert "too few to repay compiling" in record["compile"]["reason"] and record["compile"]["eager_step_s"] > 0
     sessions = record["load_average"]  # trained, then resumed: two sessions, each with its load as it began and ended
     assert len(sessions) == 2 and all(sorted(s) == ["end", "start"] for s in sessions), sessions
     assert all(len(v) == 3 and min(v) >= 0 for s in sessions for v in s.values()), sessions

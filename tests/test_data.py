@@ -145,7 +145,7 @@ def test_vocabulary_is_built_on_training_sentences_only(monkeypatch, tmp_path):
 
     monkeypatch.setattr(translation, "train_bpe", spy)
     monkeypatch.setattr(translation.Trainer, "fit", lambda self: [])
-    run = RunConfig.from_dict({"preset": "tiny", "data": {"vocab_size": 300}})
+    run = RunConfig.from_dict({"preset": "tiny", "data": {"vocab_size": 300}, "train": {"compile": "off"}})
     translation.train_run(run, tmp_path / "run", DATA, progress=False)
     train = {s for pair in load_split("train", DATA) for s in pair}
     held_out = {s for split in ("val", "test2016") for pair in load_split(split, DATA) for s in pair} - train

@@ -259,6 +259,23 @@ def test_sentence_alone_equals_sentence_in_padded_batch(which, request):
         assert_close([h.score for h in hyps], [h.score for h in beam[b]], atol=1e-4, rtol=0)
 
 
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_finished_rows_leave_the_greedy_batch(ending_model, use_cache):
+    """Once a quarter of the rows computed have ended, the model computes only the others (fewer rows per step, never
+    more), and each sentence's output is still what it is alone."""
+    model, src = ending_model, sources([6, 1, 3, 9, 2, 5, 8, 4], 30, seed=11)
+    rows: list[int] = []
+    hook = model.decoder.register_forward_pre_hook(lambda module, args: rows.append(args[0].size(0)))
+    try:
+        batch = greedy_decode(model, src, max_extra=8, use_cache=use_cache)
+    finally:
+        hook.remove()
+    assert len({len(y) for y in batch}) > 2  # rows end at different steps: some leave
+    assert rows[0] == src.size(0) > rows[-1] >= 1 and rows == sorted(rows, reverse=True), rows
+    for b in range(src.size(0)):
+        assert greedy_decode(model, unpadded(src, b), max_extra=8, use_cache=use_cache) == [batch[b]], b
+
+
 # --- limits and n-best lists ---------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("alpha", [0.0, 0.6])

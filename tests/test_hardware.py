@@ -2,6 +2,7 @@
 stopping."""
 
 import ast
+import dataclasses
 import json
 import math
 import os
@@ -14,6 +15,7 @@ import pytest
 import torch
 
 import transformer.hardware as hardware
+import transformer.trainer as trainer_module
 from transformer.model import Transformer, TransformerConfig
 from transformer.trainer import TrainConfig, Trainer
 from transformer.hardware import (
@@ -229,6 +231,62 @@ def test_resume_keeps_the_precision_the_run_started_with(monkeypatch, tmp_path, 
     assert resumed.start() == first.precision and not probes  # the run keeps its own, without a probe
     assert resumed.scaler.is_enabled() == (chosen == "fp16")
     assert resumed.scaler.state_dict() == first.scaler.state_dict()
+
+
+class PretendCompiled(torch.nn.Module):
+    "Stands in for torch.compile's wrapper in tests that must not wait for a compile: runs the module as it is."
+
+    def __init__(self, module: torch.nn.Module):
+        super().__init__()
+        self.module = module
+
+    def forward(self, *args):
+        return self.module(*args)
+
+
+def test_auto_compile_compiles_only_a_long_run_that_the_probe_finds_faster(monkeypatch):
+    """'auto' decides when training starts: a run too short to repay compiling stays eager and compiles nothing; a
+    long one compiles, and trains compiled where the probe times the compiled step faster (timings pretended)."""
+    wrapped = []
+    monkeypatch.setattr(trainer_module, "compile_dynamic",
+                        lambda module: wrapped.append(module) or PretendCompiled(module))
+    pretended = {"eager": 2.0, "compiled": 1.0}  # seconds a step
+    monkeypatch.setattr(hardware, "best_seconds", lambda fns: {name: pretended[name] for name in fns})
+    short = tiny_trainer(TrainConfig(max_tokens=64, max_steps=5, warmup=2, compile="auto"))
+    assert short.compiling is None  # nothing is probed before training starts
+    short.start()
+    assert not short.compiling["compiled"] and "too few" in short.compiling["reason"]
+    assert not wrapped and "compile_s" not in short.compiling and not isinstance(short.loss_fn, PretendCompiled)
+    long = tiny_trainer(TrainConfig(max_tokens=64, max_minutes=60, warmup=2, compile="auto"))
+    long.start()
+    assert long.compiling["compiled"] and long.compiling["compiled_step_s"] == 1.0 and "compile_s" in long.compiling
+    assert isinstance(long.loss_fn, PretendCompiled) and long.loss_fn.module is wrapped[-1]
+    assert math.isfinite(long.train_step([long.sampler.batches(0)[0]]))
+    slower = tiny_trainer(TrainConfig(max_tokens=64, max_minutes=60, warmup=2, compile="auto"))
+    monkeypatch.setattr(hardware, "best_seconds", lambda fns: {name: 1.0 for name in fns})  # no faster compiled
+    slower.start()
+    assert not slower.compiling["compiled"] and "1.00x" in slower.compiling["reason"]
+    assert not isinstance(slower.loss_fn, PretendCompiled)
+
+
+def test_resume_keeps_the_compile_decision(monkeypatch, tmp_path):
+    """The decision to compile sits in every checkpoint; a resumed 'auto' run keeps it without a new probe."""
+    cfg = TrainConfig(max_tokens=64, max_steps=2, warmup=2, eval_every=2, compile="auto")
+    first = tiny_trainer(cfg, out_dir=tmp_path)
+    first.fit()
+    path = first.latest_checkpoint() / "trainer.json"
+    record = json.loads(path.read_text())
+    assert record["compile"] == first.compiling and not first.compiling["compiled"]  # two steps: too short
+    record["compile"] = {"setting": "auto", "compiled": True, "reason": "pretend: a long run's probe chose it"}
+    path.write_text(json.dumps(record))
+    monkeypatch.setattr(trainer_module, "compile_dynamic", PretendCompiled)
+    monkeypatch.setattr(hardware, "best_seconds", lambda fns: pytest.fail("a resumed run probed again"))
+    resumed = tiny_trainer(dataclasses.replace(cfg, max_steps=4), out_dir=tmp_path)
+    resumed.resume()
+    resumed.start()
+    assert resumed.compiling == record["compile"] and isinstance(resumed.loss_fn, PretendCompiled)
+    resumed.fit()
+    assert resumed.state.step == 4
 
 
 OLD_RECORDS = {  # trainer.json of runs from before fp16 was a choice: what they said → the precision they resume in

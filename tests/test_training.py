@@ -337,6 +337,32 @@ def test_accumulated_micro_batches_equal_one_big_batch():
         assert all(p.grad is None for p in t.model.parameters())
 
 
+# --- compiling the step --------------------------------------------------------------------------------------------
+
+def test_compiled_step_computes_the_eager_loss_and_gradients():
+    """compile="on": the trainer's step runs through torch.compile (inductor); on a batch, its loss and gradients are
+    the eager step's up to rounding, and training goes on over batches of other shapes."""
+    pairs = make_pairs(40, 3)
+    t = new_trainer(TrainConfig(max_tokens=64, max_steps=4, warmup=2, compile="on"), pairs, seed=5)
+    t.start()
+    assert t.compiling == {"setting": "on", "compiled": True, "reason": "set explicitly"}
+    assert isinstance(t.loss_fn, torch._dynamo.eval_frame.OptimizedModule)
+    batch = make_batch(pairs[:6], t.model.cfg)
+    found = {}
+    for name, loss_fn in (("eager", t.loss_fn._orig_mod), ("compiled", t.loss_fn)):
+        loss, _ = loss_fn(batch.src, batch.tgt_in, batch.tgt_out, batch.target_rows)
+        loss.backward()
+        found[name] = [loss.detach(), *(p.grad.clone() for p in t.model.parameters())]
+        t.model.zero_grad(set_to_none=True)
+    for name, compiled, eager in zip(["loss", *(n for n, _ in t.model.named_parameters())], *found.values()):
+        torch.testing.assert_close(compiled, eager, rtol=1e-4, atol=1e-5, msg=name)
+    shapes, stream = set(), t.micro_batches()
+    for indices, _ in (next(stream) for _ in range(4)):
+        shapes.add(make_batch([pairs[i] for i in indices], t.model.cfg).tgt_in.shape)
+        assert math.isfinite(t.train_step([indices]))
+    assert len(shapes) > 1  # the graph met other shapes
+
+
 # --- exact resumption --------------------------------------------------------------------------------------------
 
 RESUME_CASES = {

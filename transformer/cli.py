@@ -32,7 +32,7 @@ from .scoring import (
 from .hub import model_folder
 from .model import PRESETS
 from .model_folder import save_average
-from .training import PRECISIONS, precision_from_bf16
+from .training import COMPILE_SETTINGS, PRECISIONS, precision_from_bf16
 from .run import LANGUAGES, RunConfig, load_run_config
 from .translation import load_translator, long_sentences, too_long_message, translate_encoded
 
@@ -72,6 +72,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--precision", choices=PRECISIONS,
                    help="auto: bf16, else fp16 with a gradient scaler, where the device computes it natively and a "
                         "probe finds it faster, else fp32 (default: the config's setting, else auto)")
+    p.add_argument("--compile", choices=COMPILE_SETTINGS,
+                   help="auto: compile the training step (torch.compile) where a probe finds it faster and the run "
+                        "is long enough to repay compiling (default: the config's setting, else auto)")
     p.add_argument("--bf16", choices=["auto", "on", "off"],
                    help="the older form of --precision: on = bf16, off = fp32")
     p.add_argument("--keep-last", type=int, help="checkpoints to keep")
@@ -152,8 +155,9 @@ def run_config(args: argparse.Namespace, resumed: RunConfig | None = None) -> Ru
     precision = args.precision
     if args.bf16 is not None:  # the older flag; with --precision, they must agree
         precision = precision_from_bf16({"auto": "auto", "on": True, "off": False}[args.bf16], precision)
-    overrides = {k: v for k, v in (("precision", precision), ("keep_last", args.keep_last), ("seed", args.seed),
-                                   ("max_steps", args.max_steps), ("max_minutes", args.max_minutes)) if v is not None}
+    overrides = {k: v for k, v in (("precision", precision), ("compile", args.compile), ("keep_last", args.keep_last),
+                                   ("seed", args.seed), ("max_steps", args.max_steps),
+                                   ("max_minutes", args.max_minutes)) if v is not None}
     data = {k: getattr(args, k) for k in ("src_lang", "tgt_lang", "train_src", "train_tgt", "valid_src", "valid_tgt")
             if getattr(args, k) is not None}
     try:  # checked as a file is: RunConfig and TrainConfig check themselves when made

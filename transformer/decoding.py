@@ -75,18 +75,27 @@ def decode_loop(model: SequenceModel, src: Tensor, ys: Tensor, limits: Tensor, c
     cfg, context = model.cfg, model.start(src)
     cache = model.new_cache() if use_cache else None
     done = torch.zeros(ys.size(0), dtype=torch.bool, device=ys.device)
+    held = torch.arange(ys.size(0), device=ys.device)  # the rows the model still computes: the batch's, at first
+    shrinks = choose is most_likely  # a sampler's draw for a row depends on the rows beside it: sampling keeps them
     fed = ys  # the first step reads all of `ys`; later ones the newest token (or everything again, without a cache)
     for t in range(int(limits.max())):
-        hidden = model.step(fed, context, cache)[:, -1]  # (B, d_model)
-        logits = restrict_logits_(model.generator(hidden).float(), model, (t + 1 >= limits) & end_at_limit)
+        hidden = model.step(fed, context, cache)[:, -1]  # (n, d_model) for the n rows held
+        limit = limits[held]
+        logits = restrict_logits_(model.generator(hidden).float(), model, (t + 1 >= limit) & end_at_limit)
         if constrain is not None:
-            constrain(logits, ys, src, limits)
-        token = choose(logits).masked_fill(done, cfg.pad_id)  # finished rows add padding
+            constrain(logits, ys[held], src[held], limit)
+        token = torch.full_like(done, cfg.pad_id, dtype=ys.dtype)  # finished rows add padding
+        token[held] = choose(logits).masked_fill(done[held], cfg.pad_id)
         ys = torch.cat([ys, token[:, None]], dim=1)
         done |= token == cfg.eos_id
         if done.all():
             break
-        fed = token[:, None] if use_cache else ys
+        if shrinks and 4 * done[held].sum() >= len(held):  # a quarter of the rows held ended: they leave
+            keep = (~done[held]).nonzero().squeeze(1)
+            held, context = held[keep], tuple(c[keep] for c in context)
+            if cache is not None:
+                cache.select(keep, memory_index=keep)
+        fed = token[held, None] if use_cache else ys[held]
     return ys
 
 

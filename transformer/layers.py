@@ -65,8 +65,8 @@ class Dropout(nn.Dropout):
     "nn.Dropout whose CPU mask compares 16-bit random integers with p·2¹⁶ (fast); elsewhere nn.Dropout itself."
 
     def forward(self, x: Tensor) -> Tensor:
-        if not self.training or self.p in (0.0, 1.0) or x.device.type != "cpu":
-            return super().forward(x)
+        if not self.training or self.p in (0.0, 1.0) or x.device.type != "cpu" or torch.compiler.is_compiling():
+            return super().forward(x)  # compiled, inductor draws the mask inside its fused kernel
         cut = min(round(self.p * 65536), 65535)  # P(drop) = cut / 2¹⁶, within 2⁻¹⁷ of p
         n = x.numel()
         bits = torch.empty((n + 3) // 4, dtype=torch.int64).random_(-2**63, None)  # 64 random bits per draw

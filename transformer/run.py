@@ -67,7 +67,7 @@ class RunConfig:
 
     preset: str = "small"                             # a key of the kind's presets (transformer.model.PRESETS)
     model: dict = field(default_factory=dict)         # fields of the kind's configuration to override
-    train: TrainConfig = field(default_factory=lambda: TrainConfig(precision="auto"))  # 16-bit where faster
+    train: TrainConfig = field(default_factory=lambda: TrainConfig(precision="auto", compile="auto"))  # as fast
     vocab_size: int = 8000                            # size of the shared BPE vocabulary
     src_lang: str = "de"                              # Multi30k language codes: de, en, fr, cs
     tgt_lang: str = "en"
@@ -145,6 +145,7 @@ class RunConfig:
             settings = dict(d.get("train", {}))
             if "precision" not in settings and "bf16" not in settings:  # a run's default: the fastest native one
                 settings["precision"] = "auto"
+            settings.setdefault("compile", "auto")  # compiled where a probe finds it faster, in a long run
             return cls(d.get("preset", "small"), dict(d.get("model", {})), TrainConfig.from_dict(settings),
                        **d.get("data", {}), kind=d.get("kind", "encoder-decoder"), task=d.get("task", "translation"))
         except ValueError as e:

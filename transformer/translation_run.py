@@ -109,7 +109,8 @@ def train_tokenized(run: RunConfig, out: Path, tokenizer: Tokenizer, train_text:
     if world.is_main:  # what ran where, in which precision and why; a resumed run keeps its own, with today's budget
         before = recorded(out) if resume else {}
         sessions = [*before.get("load_average", []), {"start": load_average()}]  # one per start or resume
-        started = {"precision": precision, "corpus": counts, "provenance": provenance(str(device), world.size)}
+        started = {"precision": precision, "compile": trainer.compiling, "corpus": counts,
+                   "provenance": provenance(str(device), world.size)}
         write_json(RunFolder(out).record, started | before | run.to_dict() | {"load_average": sessions})
     metrics = trainer.fit()
     if world.is_main:  # and the load as this session ended: a busy machine explains a slow run
@@ -121,7 +122,8 @@ def train_tokenized(run: RunConfig, out: Path, tokenizer: Tokenizer, train_text:
 # %% ../nbs/07b_translation_run.ipynb #6bf53464
 CONFIG_KEYS = ("kind", "task", "preset", "model", "train", "data")  # run.json's fields that hold the configuration
 RESUMABLE = ("max_steps", "max_minutes", "keep_last", "eval_every",  # [train] settings a resumed run may change
-             "precision")  # asked for in vain: a resumed run keeps the precision (and scaler) it trained in
+             "precision", "compile")  # asked for in vain: a resumed run keeps its precision (and scaler) and
+                                       # whether its step was compiled
 
 
 def recorded(out: str | Path) -> dict:
