@@ -116,7 +116,7 @@ class FastDecoder:
             raise ValueError(f"dtype must be one of {sorted(DECODING_DTYPES)}, got {dtype}")
         same = next(model.parameters()).dtype == dtype
         self.model = model if same else copy.deepcopy(model).to(dtype)  # the caller's model stays as it is
-        self.cfg, self.generator, self.dtype, self.capacity = model.cfg, self.model.generator, dtype, capacity
+        self.cfg, self.generator, self.capacity = model.cfg, self.model.generator, capacity
         self.run_step = compile_dynamic(static_step) if compile else static_step
         cpu_has_bf16_matmul()  # asked now: attention reads the answer, and the compiled step cannot trace the query
 
