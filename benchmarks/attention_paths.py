@@ -2,7 +2,9 @@
 (`scaled_dot_product_attention`) or attention written out as two matrix products and a softmax
 (`explicit_attention`), forward and backward, by key length and dtype, at the `small` preset's heads (4 × 64) and
 about 2,048 tokens per batch. `fast_attention` (chapter *Attention*) takes the written-out path on CPUs up to the
-key lengths in `EXPLICIT_MAX_KEYS`; this script measures where the crossover lies on the machine it runs on.
+key lengths in `EXPLICIT_MAX_KEYS`; this script measures where the crossover lies on the machine it runs on. It
+also times decoding's case, one query per row (sentences × beams rows, forward only), where `fast_attention` always
+writes attention out on a CPU.
 
     python benchmarks/attention_paths.py          # writes benchmarks/results/attention_paths-cpu.json
 """
@@ -25,10 +27,27 @@ def forward_backward(attend, q, k, v, mask, grad) -> None:
     attend(q, k, v, mask).backward(grad)
 
 
+def one_query_times(lengths: list[int], rows: int, rounds: int, repeats: int) -> dict[int, dict[str, list[float]]]:
+    "Decoding's shapes, one query per row over 1 to 30 cached keys, forward only: ms per path, per round."
+    paths = {"fused": lambda q, k, v: F.scaled_dot_product_attention(q, k, v),
+             "explicit": lambda q, k, v: explicit_attention(q, k, v)[0]}
+    times: dict[int, dict[str, list[float]]] = {}
+    with torch.inference_mode():
+        for _ in range(rounds):
+            for T in lengths:
+                q, (k, v) = torch.randn(rows, 4, 1, 64), (torch.randn(rows, 4, T, 64) for _ in range(2))
+                t = best_seconds({p: lambda f=f: f(q, k, v) for p, f in paths.items()}, repeats=repeats)
+                for path_name, seconds in t.items():
+                    times.setdefault(T, {}).setdefault(path_name, []).append(seconds * 1e3)
+    return times
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lengths", type=int, nargs="+", default=[8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384])
     parser.add_argument("--tokens", type=int, default=2048, help="batch size × length")
+    parser.add_argument("--one-query-rows", type=int, default=256, help="rows of decoding's one-query case "
+                        "(64 sentences × beam 4, as in decode_engines.py)")
     parser.add_argument("--repeats", type=int, default=5, help="calls per point in a round; the best counts")
     parser.add_argument("--rounds", type=int, default=3, help="sweeps; each time is the median of its rounds")
     args = parser.parse_args()
@@ -65,11 +84,19 @@ def main() -> None:
             ratios[f"attention_{name}_explicit_vs_fused"] = repeated(
                 [sum(times[c]["fused"][i] for c in chosen) / sum(times[c]["explicit"][i] for c in chosen)
                  for i in range(args.rounds)], digits=2)
+    one_query = one_query_times(list(range(1, 31)), args.one_query_rows, args.rounds, args.repeats)
+    medians = {T: {p: statistics.median(t) for p, t in ms.items()} for T, ms in one_query.items()}
+    one_query_rows = [{"keys": T, "fused_ms": round(m["fused"], 4), "explicit_ms": round(m["explicit"], 4),
+                       "explicit_speedup": round(m["fused"] / m["explicit"], 2)} for T, m in medians.items()]
+    ratios["attention_one_query_explicit_vs_fused"] = repeated(  # summed over 1-30 keys, per round
+        [sum(ms["fused"][i] for ms in one_query.values()) / sum(ms["explicit"][i] for ms in one_query.values())
+         for i in range(args.rounds)], digits=2)
     print("ratios (median, spread):", {k: (r["median"], r["spread"]) for k, r in ratios.items()})
     path = write_result("attention_paths", {"heads": 4, "d_k": 64, "tokens": args.tokens,
                                             "cpu_has_bf16_matmul": cpu_has_bf16_matmul(),
                                             "explicit_max_keys": {str(k)[6:]: v for k, v in EXPLICIT_MAX_KEYS.items()},
-                                            "rows": rows, "ratios": ratios})
+                                            "rows": rows, "one_query_rows": one_query_rows,
+                                            "one_query_row_count": args.one_query_rows, "ratios": ratios})
     print(f"wrote {path}")
 
 
