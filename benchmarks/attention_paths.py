@@ -15,9 +15,11 @@ import statistics
 import torch
 import torch.nn.functional as F
 
-from common import DTYPES, repeated, write_result
+from common import repeated, write_result
 from transformer.attention import EXPLICIT_MAX_KEYS, cpu_has_bf16_matmul, explicit_attention, subsequent_mask
 from transformer.hardware import best_seconds
+
+DTYPES = {"float32": torch.float32, "bf16": torch.bfloat16}
 
 
 def forward_backward(attend, q, k, v, mask, grad) -> None:

@@ -19,7 +19,6 @@ from transformer.training import TokenBatchSampler, make_batch
 from transformer.run import git_commit, load_average
 
 RESULTS = Path(__file__).resolve().parent / "results"
-DTYPES = {"float32": torch.float32, "bf16": torch.bfloat16}  # the names result files give the dtypes they time
 
 
 def device_tag() -> str:

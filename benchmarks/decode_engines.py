@@ -117,8 +117,8 @@ def main() -> None:
                          **{f"CTranslate2 {kind}, {label}": ctranslate2_decoder(exported, kind, beam, alpha, threads)
                             for kind in ("float32", "int8")}}
         _, batches = batches_of(test, args.batch_size)  # every decoder's outputs in this same order
-        for name, run in decoders.items():  # warm-up: first calls allocate, and compile (with one sentence, the graphs
-            run(batches[0])                  # for a lone sentence, which beam search reaches as the others finish)
+        for name, run in decoders.items():  # warm-up: first calls allocate, and compile (with one sentence, the
+            run(batches[0])                  # graphs for a lone sentence, which beam search reaches as others finish)
             run(batches[0][:1])
             if name.startswith("ours compiled"):  # and every batch once: greedy's rows leave as they end, and the
                 decode_all(run, batches)          # shapes a batch shrinks through may need a graph of their own

@@ -9,26 +9,23 @@ faster. `ceilings` bound what any optimisation of ours could reach: our FLOPs at
 products run in, over the other implementation's measured speed.
 
 The timed steps run `--repeats` rounds (3 by default); every ratio in the result file is the median of its rounds,
-with its spread. The matmul peak is measured again just before each round, and each round's fraction of the peak
-uses its own (a machine's peak moved by a quarter between runs an hour apart).
+with its spread.
 
     python benchmarks/train_throughput.py --steps 12            # small preset, float32 (and bf16 where native)
     python benchmarks/train_throughput.py --presets base --steps 6 --bf16-steps 1   # writes ...-base-cpu.json
 """
 
 import argparse
-import functools
 import math
 import statistics
 import time
-from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from common import DTYPES, bucketed_batches, matmul_peak_gflops, multi30k_ids, repeated, sync, write_result
+from common import bucketed_batches, matmul_peak_gflops, multi30k_ids, repeated, sync, write_result
 from transformer.hardware import compile_dynamic, keep_freed_memory, native_bf16
 from transformer.model import Transformer, TransformerConfig
 from transformer.training import BatchLoss, make_optimizer
@@ -161,8 +158,8 @@ def step_flops(impl: nn.Module, batch) -> int:
 
 
 def measure(cfg: TransformerConfig, batches, bf16: bool, compile: bool, rounds: int,
-            peak_now: Callable[[], float], warmup: int = 2) -> tuple[list[dict], dict, list[float]]:
-    "Each implementation's tokens/s per round (steps interleaved) and FLOPs per token; the peak before each round."
+            warmup: int = 2) -> tuple[list[dict], dict]:
+    "Tokens/s of each implementation per round on the same batches, steps interleaved; and each one's FLOPs/token."
     impls = {"ours": lambda: Ours(cfg), "nn.Transformer": lambda: TorchTransformer(cfg),
              "naive": lambda: NaiveTransformer(cfg)}
     if compile:
@@ -180,9 +177,8 @@ def measure(cfg: TransformerConfig, batches, bf16: bool, compile: bool, rounds: 
     for batch in batches[:warmup]:
         for impl, opt in built.values():
             train_step(impl, opt, batch, bf16)
-    per_round, peaks = [], []
+    per_round = []
     for _ in range(rounds):  # every round times the same batches again
-        peaks.append(peak_now())  # the machine's matmul rate at this moment, for this round's fraction of it
         seconds = dict.fromkeys(built, 0.0)
         for batch in batches[warmup:]:
             for name, (impl, opt) in built.items():
@@ -191,7 +187,7 @@ def measure(cfg: TransformerConfig, batches, bf16: bool, compile: bool, rounds: 
                 train_step(impl, opt, batch, bf16)
                 seconds[name] += time.perf_counter() - start
         per_round.append({name: tokens / s for name, s in seconds.items()})
-    return per_round, flops, peaks
+    return per_round, flops
 
 
 def main() -> None:
@@ -216,7 +212,7 @@ def main() -> None:
 
     tokenizer, train, _ = multi30k_ids()
     V = tokenizer.get_vocab_size()
-    rows, ratios, ceilings, peaks_of_rounds = [], {}, {}, {}
+    rows, ratios, ceilings = [], {}, {}
     peak = {"float32": matmul_peak_gflops(torch.float32)}
     if "bf16" in args.dtypes:  # few repeats: without bf16 instructions a 2048² product takes over a second
         peak["bf16"] = matmul_peak_gflops(torch.bfloat16, repeats=2)
@@ -225,11 +221,7 @@ def main() -> None:
         for dtype in args.dtypes:
             steps, warmup = (args.steps, 2) if dtype == "float32" else (args.bf16_steps, 1)
             batches = bucketed_batches(train, cfg, args.max_tokens, steps + warmup)
-            peak_now = functools.partial(matmul_peak_gflops, DTYPES[dtype], repeats=5 if dtype == "float32" else 2)
-            per_round, flops, round_peaks = measure(cfg, batches, dtype == "bf16", args.compile, args.repeats,
-                                                    peak_now, warmup)
-            peak[dtype] = statistics.median(round_peaks)  # the rows and ceilings use the rounds' median peak
-            peaks_of_rounds[f"{preset} {dtype}"] = [round(x, 1) for x in round_peaks]
+            per_round, flops = measure(cfg, batches, dtype == "bf16", args.compile, args.repeats, warmup)
             tok_s = {name: statistics.median(r[name] for r in per_round) for name in per_round[0]}
             machine_peak = max(peak.values())  # the best matmul rate of this machine, in whichever dtype
             for name, value in tok_s.items():
@@ -241,8 +233,8 @@ def main() -> None:
                              "fraction_of_dtype_peak": round(value * flops[name] / 1e9 / peak[dtype], 3)})
             best = [max(v for k, v in r.items() if k.startswith("ours")) for r in per_round]  # per round
             # our step's matrix-product rate over this dtype's measured peak (issue target: ≥ 0.75 in float32)
-            ratios[f"train_{preset}_{dtype}_peak_fraction"] = repeated([b * flops["ours"] / 1e9 / p
-                                                                        for b, p in zip(best, round_peaks)])
+            ratios[f"train_{preset}_{dtype}_peak_fraction"] = repeated([b * flops["ours"] / 1e9 / peak[dtype]
+                                                                        for b in best])
             at_peak = peak[dtype] * 1e9 / flops["ours"]  # our tokens/s if every FLOP ran at this dtype's peak
             for other, key in (("nn.Transformer", "nn_transformer"), ("naive", "naive")):
                 ratios[f"train_{preset}_{dtype}_vs_{key}"] = repeated([b / r[other] for b, r in zip(best, per_round)],
@@ -261,7 +253,7 @@ def main() -> None:
     print("ceilings (our step at 100% of the dtype's measured matmul peak):", ceilings)
     path = write_result("train_throughput", {"max_tokens": args.max_tokens, "keeps_freed_memory": kept,
                                              "bf16_native": bf16_native, "bf16_reason": bf16_why,
-                                             "matmul_peak_gflops": peak, "round_peak_gflops": peaks_of_rounds,
+                                             "matmul_peak_gflops": peak,
                                              "rows": rows, "ratios": ratios, "ceilings": ceilings},
                         tag="-".join(args.presets))
     print(f"wrote {path}")

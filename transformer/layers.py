@@ -61,7 +61,7 @@ class Embeddings(nn.Module):
         return self.table(tokens) * self.scale
 
 # %% ../nbs/02_layers.ipynb #ddcab4af
-@torch.library.custom_op("transformer::keep_mask", mutates_args=(), tags=(torch.Tag.nondeterministic_seeded,))
+@torch.library.custom_op("transformer::keep_mask", mutates_args=(), device_types="cpu")
 def keep_mask(like: Tensor, cut: int) -> Tensor:
     "A CPU mask shaped like `like`, False with probability cut / 2¹⁶: four 16-bit draws from each 64 random bits."
     n = like.numel()
