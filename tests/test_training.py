@@ -17,8 +17,6 @@ from safetensors import safe_open
 
 import transformer.checkpoint as checkpoint_module
 from transformer.checkpoint import CheckpointError, load_model_dir, read_config, save_model_files, write_atomically
-from transformer.hardware import compile_dynamic
-from transformer.layers import Dropout
 from transformer.model import Transformer, TransformerConfig
 from transformer.trainer import NonFiniteLossError, TrainConfig, Trainer
 from transformer.training import TokenBatchSampler, evaluate, label_smoothed_loss, label_smoothing, make_batch, noam_rate
@@ -363,29 +361,6 @@ def test_compiled_step_computes_the_eager_loss_and_gradients():
         shapes.add(make_batch([pairs[i] for i in indices], t.model.cfg).tgt_in.shape)
         assert math.isfinite(t.train_step([indices]))
     assert len(shapes) > 1  # the graph met other shapes
-
-
-def test_compiled_dropout_draws_one_mask_for_the_forward_and_backward_pass():
-    """Under torch.compile, `Dropout`'s mask (`keep_mask`, an operator of its own) is traced without a graph break,
-    drawn once (the gradient is zero exactly where the forward pass dropped, and the loss is the one that mask gives)
-    and drawn as the eager layer draws it: from the same seed, the same mask."""
-    torch._dynamo.utils.counters.clear()
-    drop, p = Dropout(0.1).train(), 0.1
-    step = compile_dynamic(lambda x, w: (drop(x * w) * w).sum())
-    scale = 65536 / (65536 - round(p * 65536))
-    step(torch.randn(8, 256, requires_grad=True), torch.randn(256))  # compiles, before the seeded draws below
-    for seed, shape in enumerate([(64, 256), (100, 7, 256)]):
-        x, w = torch.randn(*shape, requires_grad=True), torch.randn(shape[-1])
-        torch.manual_seed(seed)
-        loss = step(x, w)
-        loss.backward()
-        kept = x.grad != 0  # x.grad = kept · scale · w²
-        terms = x * w * w * kept * scale
-        assert abs(loss.item() - terms.sum().item()) < 1e-5 * terms.abs().sum().item()
-        torch.manual_seed(seed)
-        assert torch.equal(drop(x * w) != 0, kept)
-        assert abs((~kept).float().mean().item() - p) < 6 * (p * (1 - p) / x.numel()) ** 0.5
-    assert not torch._dynamo.utils.counters["graph_break"], dict(torch._dynamo.utils.counters["graph_break"])
 
 
 # --- exact resumption --------------------------------------------------------------------------------------------
