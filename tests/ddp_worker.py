@@ -1,6 +1,7 @@
 """One data-parallel training run as a script, for tests/test_distributed.py: `python ddp_worker.py OUT [PRECISION]`
-trains a tiny model for 2 steps on fixed sentence pairs, as one process or under torchrun, and rank 0 saves the
-weights; every rank writes its gradient scaler's state to OUT.scaler-RANK.json (files: ranks' prints may interleave)."""
+trains a tiny model for 2 steps on fixed sentence pairs, as one process or under torchrun; rank 0 saves the starting
+weights to OUT.start and the final ones to OUT, and every rank writes its gradient scaler's state to
+OUT.scaler-RANK.json (files: ranks' prints may interleave)."""
 
 import json
 import sys
@@ -24,6 +25,8 @@ torch.manual_seed(0)
 model = Transformer(TransformerConfig.preset("tiny", src_vocab_size=30, tgt_vocab_size=30, dropout=0.0))
 epoch = TokenBatchSampler([(len(x) + 1, len(y) + 1) for x, y in pairs], 64, seed=0).batches(0)
 # each step spans a whole epoch of micro-batches, among them the long sentence alone: one rank's share is empty
+if world.is_main:
+    save_model(model, f"{sys.argv[1]}.start")
 precision = sys.argv[2] if len(sys.argv) > 2 else "fp32"
 config = TrainConfig(max_tokens=64, accumulate=len(epoch), max_steps=2, warmup=1, eval_every=100, precision=precision)
 trainer = Trainer(model, config, pairs, progress=False, world=world)
