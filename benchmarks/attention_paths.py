@@ -3,8 +3,9 @@
 (`explicit_attention`), forward and backward, by key length and dtype, at the `small` preset's heads (4 × 64) and
 about 2,048 tokens per batch. `fast_attention` (chapter *Attention*) takes the written-out path on CPUs up to the
 key lengths in `EXPLICIT_MAX_KEYS`; this script measures where the crossover lies on the machine it runs on. It
-also times decoding's case, one query per row (sentences × beams rows, forward only), where `fast_attention` always
-writes attention out on a CPU.
+also times decoding's case, one query per row (sentences × beams rows, forward only), where `fast_attention` writes
+attention out on a CPU once its products are large enough for PyTorch's bmm to call BLAS (`BLAS_BMM_MIN_PRODUCTS`),
+and times `fast_attention` itself there, to measure that rule against writing out at every length.
 
     python benchmarks/attention_paths.py          # writes benchmarks/results/attention_paths-cpu.json
 """
@@ -16,7 +17,8 @@ import torch
 import torch.nn.functional as F
 
 from common import repeated, write_result
-from transformer.attention import EXPLICIT_MAX_KEYS, cpu_has_bf16_matmul, explicit_attention, subsequent_mask
+from transformer.attention import (BLAS_BMM_MIN_PRODUCTS, EXPLICIT_MAX_KEYS, cpu_has_bf16_matmul, explicit_attention,
+                                   fast_attention, subsequent_mask)
 from transformer.hardware import best_seconds
 
 DTYPES = {"float32": torch.float32, "bf16": torch.bfloat16}
@@ -30,7 +32,8 @@ def forward_backward(attend, q, k, v, mask, grad) -> None:
 def one_query_times(lengths: list[int], rows: int, rounds: int, repeats: int) -> dict[int, dict[str, list[float]]]:
     "Decoding's shapes, one query per row over 1 to 30 cached keys, forward only: ms per path, per round."
     paths = {"fused": lambda q, k, v: F.scaled_dot_product_attention(q, k, v),
-             "explicit": lambda q, k, v: explicit_attention(q, k, v)[0]}
+             "explicit": lambda q, k, v: explicit_attention(q, k, v)[0],
+             "rule": lambda q, k, v: fast_attention(q, k, v)}  # the path the model takes
     times: dict[int, dict[str, list[float]]] = {}
     with torch.inference_mode():
         for _ in range(rounds):
@@ -87,10 +90,18 @@ def main() -> None:
     one_query = one_query_times(list(range(1, 31)), args.one_query_rows, args.rounds, args.repeats)
     medians = {T: {p: statistics.median(t) for p, t in ms.items()} for T, ms in one_query.items()}
     one_query_rows = [{"keys": T, "fused_ms": round(m["fused"], 4), "explicit_ms": round(m["explicit"], 4),
-                       "explicit_speedup": round(m["fused"] / m["explicit"], 2)} for T, m in medians.items()]
-    ratios["attention_one_query_explicit_vs_fused"] = repeated(  # summed over 1-30 keys, per round
-        [sum(ms["fused"][i] for ms in one_query.values()) / sum(ms["explicit"][i] for ms in one_query.values())
-         for i in range(args.rounds)], digits=2)
+                       "rule_ms": round(m["rule"], 4), "explicit_speedup": round(m["fused"] / m["explicit"], 2),
+                       "explicit_chosen": T * 64 >= BLAS_BMM_MIN_PRODUCTS} for T, m in medians.items()]
+
+    def summed(a: str, b: str, keys: range) -> dict:
+        "Path a's time over path b's, summed over `keys`, per round: median and spread."
+        return repeated([sum(one_query[T][a][i] for T in keys) / sum(one_query[T][b][i] for T in keys)
+                         for i in range(args.rounds)], digits=2)
+
+    ratios["attention_one_query_explicit_vs_fused"] = summed("fused", "explicit", range(1, 31))
+    ratios["attention_one_query_rule_vs_explicit"] = summed("explicit", "rule", range(1, 31))
+    # up to 13 keys: about a Multi30k decode's mean length
+    ratios["attention_one_query_rule_vs_explicit_short"] = summed("explicit", "rule", range(1, 14))
     print("ratios (median, spread):", {k: (r["median"], r["spread"]) for k, r in ratios.items()})
     path = write_result("attention_paths", {"heads": 4, "d_k": 64, "tokens": args.tokens,
                                             "cpu_has_bf16_matmul": cpu_has_bf16_matmul(),

@@ -1,6 +1,8 @@
 """Decoding throughput, side by side in one run, on the test2016 sources: our beam search (beam 4) and greedy
 decoding, our greedy decoding without the key-value cache, and Hugging Face's MarianMTModel.generate with the same
-dimensions (random weights; `pip install transformers` for it, else it is skipped).
+dimensions (random weights; `pip install transformers` for it, else it is skipped). Our two searches also run with
+one query's attention written out at every key length, to measure `fast_attention`'s rule (the fused kernel below
+`BLAS_BMM_MIN_PRODUCTS`) inside a decode.
 
 Every decoder produces exactly `--length` tokens per sentence (end-of-sentence is forbidden until the last step),
 so that all do the same number of decoding steps and the comparison is per token. The sources are decoded
@@ -15,6 +17,7 @@ import time
 
 import torch
 
+import transformer.attention as attention
 from common import multi30k_ids, ratio_of_rounds, write_result
 from transformer.decoding import beam_search, greedy_decode
 from transformer.model import Transformer, TransformerConfig
@@ -46,6 +49,17 @@ def marian(cfg: TransformerConfig):
         scale_embedding=True, share_encoder_decoder_embeddings=True, dropout=0.0)).eval()
 
 
+def written_out_always(run):
+    "`run` with one query's attention written out at every key length, as `fast_attention` did before its rule."
+    def wrapped(batch):
+        rule, attention.BLAS_BMM_MIN_PRODUCTS = attention.BLAS_BMM_MIN_PRODUCTS, 0
+        try:
+            return run(batch)
+        finally:
+            attention.BLAS_BMM_MIN_PRODUCTS = rule
+    return wrapped
+
+
 def timed(fn) -> float:
     start = time.perf_counter()
     fn()
@@ -75,6 +89,8 @@ def main() -> None:
     runs = {"ours, beam 4": lambda b: beam_search(ours, b, beam_size=4, alpha=0.6, max_extra=L),
             "ours, greedy": lambda b: greedy_decode(ours, b, max_extra=L),
             "ours, greedy without cache": lambda b: greedy_decode(ours, b, max_extra=L, use_cache=False)}
+    runs |= {f"{name}, written out at every length": written_out_always(runs[name])
+             for name in ("ours, beam 4", "ours, greedy")}
     if hf is not None:
         for name, beams in (("HF Marian, beam 4", 4), ("HF Marian, greedy", 1)):
             runs[name] = lambda b, beams=beams: hf.generate(
@@ -96,6 +112,9 @@ def main() -> None:
 
     ratios = {"greedy_cached_vs_uncached": ratio_of_rounds(per_round, "ours, greedy without cache",
                                                            "ours, greedy")}
+    for search in ("beam 4", "greedy"):  # the one-query rule against writing out at every length
+        ratios[f"{search.replace(' ', '')}_one_query_rule_vs_written_out"] = ratio_of_rounds(
+            per_round, f"ours, {search}, written out at every length", f"ours, {search}")
     if hf is not None:
         ratios["beam4_vs_hf_marian"] = ratio_of_rounds(per_round, "HF Marian, beam 4", "ours, beam 4")
         ratios["greedy_vs_hf_marian"] = ratio_of_rounds(per_round, "HF Marian, greedy", "ours, greedy")
