@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 from common import repeated, write_result
 from transformer.attention import (BLAS_BMM_MIN_PRODUCTS, EXPLICIT_MAX_KEYS, cpu_has_bf16_matmul, explicit_attention,
-                                   fast_attention, subsequent_mask)
+                                   fast_attention, one_query_products, subsequent_mask)
 from transformer.hardware import best_seconds
 
 DTYPES = {"float32": torch.float32, "bf16": torch.bfloat16}
@@ -27,6 +27,11 @@ DTYPES = {"float32": torch.float32, "bf16": torch.bfloat16}
 def forward_backward(attend, q, k, v, mask, grad) -> None:
     "One forward and backward pass of `attend` (the gradients land in q, k, v)."
     attend(q, k, v, mask).backward(grad)
+
+
+def one_query_shapes(rows: int, keys: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    "Random q (rows, 4, 1, 64), k and v (rows, 4, keys, 64): decoding's one query per row at the small preset."
+    return torch.randn(rows, 4, 1, 64), torch.randn(rows, 4, keys, 64), torch.randn(rows, 4, keys, 64)
 
 
 def one_query_times(lengths: list[int], rows: int, rounds: int, repeats: int) -> dict[int, dict[str, list[float]]]:
@@ -38,7 +43,7 @@ def one_query_times(lengths: list[int], rows: int, rounds: int, repeats: int) ->
     with torch.inference_mode():
         for _ in range(rounds):
             for T in lengths:
-                q, (k, v) = torch.randn(rows, 4, 1, 64), (torch.randn(rows, 4, T, 64) for _ in range(2))
+                q, k, v = one_query_shapes(rows, T)
                 t = best_seconds({p: lambda f=f: f(q, k, v) for p, f in paths.items()}, repeats=repeats)
                 for path_name, seconds in t.items():
                     times.setdefault(T, {}).setdefault(path_name, []).append(seconds * 1e3)
@@ -91,7 +96,8 @@ def main() -> None:
     medians = {T: {p: statistics.median(t) for p, t in ms.items()} for T, ms in one_query.items()}
     one_query_rows = [{"keys": T, "fused_ms": round(m["fused"], 4), "explicit_ms": round(m["explicit"], 4),
                        "rule_ms": round(m["rule"], 4), "explicit_speedup": round(m["fused"] / m["explicit"], 2),
-                       "explicit_chosen": T * 64 >= BLAS_BMM_MIN_PRODUCTS} for T, m in medians.items()]
+                       "explicit_chosen": one_query_products(*one_query_shapes(args.one_query_rows, T))
+                       >= BLAS_BMM_MIN_PRODUCTS} for T, m in medians.items()]
 
     def summed(a: str, b: str, keys: range) -> dict:
         "Path a's time over path b's, summed over `keys`, per round: median and spread."

@@ -42,13 +42,14 @@ def masks(t_q: int, t_k: int) -> dict[str, torch.Tensor | None]:
     return out
 
 
-CASES = [(t_q, t_k, kind) for t_q, t_k in [(5, 5), (1, 6), (4, 7), (6, 3)] for kind in masks(t_q, t_k)]
+# (1, 6): one query under BLAS_BMM_MIN_PRODUCTS (8 · 6 multiply-adds), the fused kernel; (1, 56): over it, written out
+CASES = [(t_q, t_k, kind) for t_q, t_k in [(5, 5), (1, 6), (1, 56), (4, 7), (6, 3)] for kind in masks(t_q, t_k)]
 
 
 @pytest.mark.parametrize("t_q,t_k,kind", CASES, ids=[f"{q}x{k}-{m}" for q, k, m in CASES])
 def test_fast_attention_equals_explicit_attention(t_q, t_k, kind):
-    """fast_attention, and SDPA itself (which fast_attention skips for one query on CPU), give the written-out
-    softmax(q kᵀ/√d_k) v."""
+    """fast_attention, and SDPA itself (which fast_attention skips for one query on CPU once its products reach
+    BLAS), give the written-out softmax(q kᵀ/√d_k) v."""
     q, k, v = qkv(t_q, t_k)
     mask = masks(t_q, t_k)[kind]
     out, weights = explicit_attention(q, k, v, mask)

@@ -56,12 +56,14 @@ def test_two_processes_take_the_step_of_one(tmp_path):
 
 
 def test_two_processes_take_the_fp16_step_of_one(tmp_path):
-    """In fp16, both processes' gradient scalers end in the state of the single process's, and data parallelism moves
-    no weight tensor further from the single process's than fp16 itself moves it from fp32.
+    """In fp16, both processes' gradient scalers end in the state of the single process's, and no weight tensor of
+    the 2-process run is further from the single process's than twice fp16's own distance from fp32.
 
     Each process multiplies half a micro-batch, so fp16 rounds its products apart from the whole micro-batch's; how
     far depends on the CPU's kernels, and one element's gradient can lose most of its digits where its terms cancel.
-    So the yardstick is measured here, on this CPU: fp16's own distance from fp32, tensor by tensor."""
+    So the yardstick is measured here, on this CPU, tensor by tensor: a correct 2-process run strays from fp32 about
+    as far as the single process does, hence (triangle inequality) from the single process by at most about twice
+    that; a lost or misweighted share moves the weights by about the whole update, over 10 times more."""
     one = train_two_steps(tmp_path / "one", "fp16", 1)
     two = train_two_steps(tmp_path / "two", "fp16", 2)
     exact = train_two_steps(tmp_path / "exact", "fp32", 1)
@@ -72,7 +74,7 @@ def test_two_processes_take_the_fp16_step_of_one(tmp_path):
     fp16_error = {k: (one[k] - exact[k]).norm() for k in one}
     assert torch.stack(list(fp16_error.values())).norm() < 0.1 * moved  # fp16 follows fp32: a sane yardstick
     for k in one:
-        assert (two[k] - one[k]).norm() <= fp16_error[k], k
+        assert (two[k] - one[k]).norm() <= 2 * fp16_error[k], k
 
 
 def test_resume_after_two_processes_continues_exactly(tmp_path):

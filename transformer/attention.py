@@ -87,8 +87,9 @@ def cpu_has_bf16_matmul() -> bool:
 # in bf16 with bf16 instructions, where the fused kernel runs slower than in float32 (float32: no clear winner);
 # benchmarks/attention_paths.py measures the crossover, the *Benchmarks* appendix shows it
 EXPLICIT_MAX_KEYS = {torch.bfloat16: 256}
-# PyTorch's CPU bmm multiplies in a plain loop below 400 multiply-adds per matrix and calls BLAS from there on
-# (aten/src/ATen/native/LinearAlgebra.cpp): for one query a row, the fused kernel is faster than that loop
+# PyTorch's CPU bmm multiplies in a plain loop below 400 multiply-adds per matrix and calls BLAS (or oneDNN) from
+# there on (aten/src/ATen/native/LinearAlgebra.cpp); for one query a row, the fused kernel beat that loop on the CPU
+# measured (benchmarks/attention_paths.py)
 BLAS_BMM_MIN_PRODUCTS = 400
 
 
