@@ -2,7 +2,9 @@
 the lowest validation loss. Each average is scored by val BLEU with the run's own decoding; no test set is read.
 
 A run that keeps a checkpoint every epoch (`transformer train`) and whose validation loss is lowest well before the
-end (chapter 9: near epoch 20 of 33) may average better from that minimum on than over its last five epochs.
+end (chapter 9: near epoch 20 of 33) may average better from that minimum on than over its last five epochs. A run
+that trains few epochs (14 on an AVX2-only CPU) reaches back before its cooldown with five: the checkpoints written
+in the cooldown are a window of their own.
 
     python scripts/averaging_windows.py --runs runs/amx runs/amx-seed1 \
         --out results/multi30k-recipes/averaging-windows.json
@@ -23,13 +25,24 @@ from transformer.hardware import machine_description
 from transformer.run import git_commit, load_average
 from transformer.translation import bleu, translate_text
 
-def windows(steps: list[int], losses: dict[int, float]) -> dict[str, list[int]]:
-    "Named sets of checkpoint steps to average: the last 1, 5, 10 and 15, five around the lowest loss, and after it."
+def windows(steps: list[int], losses: dict[int, float], cooling: list[int]) -> dict[str, list[int]]:
+    "Named sets of checkpoint steps to average: the last 1, 5, 10 and 15, around and after the lowest loss, cooldown."
     lowest = min((s for s in steps if s in losses), key=losses.__getitem__)
     at = steps.index(lowest)
     return {"last 1": steps[-1:], "last 5 (the recipe)": steps[-5:], "last 10": steps[-10:], "last 15": steps[-15:],
             "5 around the lowest validation loss": steps[max(at - 2, 0) : at + 3],
-            "from the lowest validation loss on": steps[at:]}
+            "from the lowest validation loss on": steps[at:],
+            "written in the cooldown": [s for s in steps if s in cooling]}
+
+
+def cooldown_steps(run: Path) -> list[int]:
+    "Steps of the run's checkpoints written after its cooldown began (a time budget's last `cooldown` fraction)."
+    train = json.loads((run / "run.json").read_text())["train"]
+    if not (train["max_minutes"] and train["cooldown"]):
+        return []
+    begins = train["max_minutes"] * (1 - train["cooldown"])
+    with open(run / "metrics.csv") as f:
+        return [int(row["step"]) for row in csv.DictReader(f) if float(row["train_minutes"]) >= begins]
 
 
 def read_losses(run: Path) -> dict[int, float]:
@@ -53,7 +66,9 @@ def score_windows(run: Path, pairs: list[tuple[str, str]]) -> dict:
     tokenizer = read_tokenizer(run / "tokenizer.json")
     sources, references = [s for s, _ in pairs], [r for _, r in pairs]
     rows = []
-    for name, chosen in windows(steps, losses).items():
+    for name, chosen in windows(steps, losses, cooldown_steps(run)).items():
+        if not chosen:  # no cooldown
+            continue
         if same := next((row for row in rows if row["steps"] == chosen), None):  # e.g. the minimum is 5 from the end
             rows.append({**same, "window": name, "same_as": same["window"]})
             continue
