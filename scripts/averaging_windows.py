@@ -36,9 +36,9 @@ def windows(steps: list[int], losses: dict[int, float], cooling: list[int]) -> d
 
 
 def cooldown_steps(run: Path) -> list[int]:
-    "Steps of the run's checkpoints written after its cooldown began (a time budget's last `cooldown` fraction)."
+    "Steps of the checkpoints written after the cooldown began: a time budget's last `cooldown` (none by steps)."
     train = json.loads((run / "run.json").read_text())["train"]
-    if not (train["max_minutes"] and train["cooldown"]):
+    if not (train.get("max_minutes") and train.get("cooldown")):  # older runs have no cooldown in their record
         return []
     begins = train["max_minutes"] * (1 - train["cooldown"])
     with open(run / "metrics.csv") as f:

@@ -6,8 +6,8 @@ Docs: https://transformer-book.github.io/transformer/report.html.md"""
 
 # %% auto #0
 __all__ = ['REPORT_COMMAND', 'read_metrics', 'curve_summary', 'attention_maps', 'compare_variants', 'write_report',
-           'record_seeds', 'load_report', 'curves_chart', 'attention_grid', 'recipe_row', 'validation_chart',
-           'decoding_chart', 'attention_locality']
+           'short_commit', 'record_seeds', 'load_report', 'curves_chart', 'attention_grid', 'recipe_row',
+           'validation_chart', 'decoding_chart', 'attention_locality']
 
 # %% ../nbs/07d_report.ipynb #32f6e8fe
 import csv
@@ -143,6 +143,12 @@ def write_report(model_dir: Path, report_dir: Path, results: dict[str, dict], de
     return replace_folder(Path(report_dir), REPORT_COMMAND, write)
 
 # %% ../nbs/07d_report.ipynb #d35aba96
+def short_commit(commit: str | None) -> str:
+    "A commit's first 7 hex digits, keeping '-dirty' (uncommitted edits when it ran): '1a2b3c4-dirty'."
+    commit = commit or "unknown"
+    return commit[:7] + ("-dirty" if commit.endswith("-dirty") else "")
+
+
 def record_seeds(report_dir: str | Path) -> list[dict]:
     "Gather the scores of a report and of its sibling `<name>-seed*` reports into its summary.json, under `seeds`."
     report_dir = Path(report_dir)
@@ -152,7 +158,7 @@ def record_seeds(report_dir: str | Path) -> list[dict]:
         if (folder / "summary.json").is_file():
             s = json.loads((folder / "summary.json").read_text(encoding="utf-8"))
             seeds.append({"seed": s.get("seed"), "report": folder.name, **s.get("sacrebleu", {}),
-                          "commit": (s.get("commit") or "unknown")[:7], "epochs": round(s.get("epochs") or 0, 1),
+                          "commit": short_commit(s.get("commit")), "epochs": round(s.get("epochs") or 0, 1),
                           "precision": precision_of(s)})  # what else differs between the seeds' runs
     path = report_dir / "summary.json"
     write_json(path, json.loads(path.read_text(encoding="utf-8")) | {"seeds": seeds})
