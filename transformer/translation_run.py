@@ -6,11 +6,12 @@ Docs: https://transformer-book.github.io/transformer/translation_run.html.md"""
 
 # %% auto #0
 __all__ = ['CONFIG_KEYS', 'RESUMABLE', 'load_corpus', 'train_run', 'train_tokenized', 'recorded', 'recorded_config',
-           'setting_differences', 'check_resumable']
+           'setting_differences', 'check_resumable', 'train_briefly']
 
 # %% ../nbs/07b_translation_run.ipynb #24f0f5b7
 import json
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -22,7 +23,9 @@ from .data import check_tokenizer, encode_pairs, load_split, read_parallel, read
 from .decoding import translate_ids
 from .distributed import barrier, init_world, leave_world
 from .hardware import World, resolve_device
+from .model_folder import save_average
 from .run import RunConfig, load_average, provenance
+from .scoring import evaluate_splits
 from .trainer import Trainer
 from .translation import bleu
 
@@ -160,3 +163,22 @@ def check_resumable(run: RunConfig, out: Path) -> None:
     if found := setting_differences(replace(before, train=replace(before.train, **budget)).to_dict(), run.to_dict()):
         raise ValueError(f"{out} holds a run with other settings ({'; '.join(found)}): resume it with its own "
                          "configuration (run.json decides when --config is left out), or train into another --out")
+
+# %% ../nbs/07b_translation_run.ipynb #b7e1a0c3
+def train_briefly(run: RunConfig, minutes: float, out: str | Path, device: str = "auto",
+                  test_pairs: int | None = None) -> dict:
+    "Train `run` for `minutes`, average its last five checkpoints and score them on test2016 (beam 4, α 0.6)."
+    out, start = Path(out), time.perf_counter()
+    metrics = train_run(replace(run, train=replace(run.train, max_minutes=minutes)), out, progress="lines",
+                        device=device)
+    wall_minutes = (time.perf_counter() - start) / 60  # training, validation after each epoch, and the probes
+    save_average(RunFolder(out).last(5), out / "average")
+    record = recorded(out)
+    test = load_split("test2016", src=run.src_lang, tgt=run.tgt_lang)[:test_pairs]
+    results, _ = evaluate_splits(out / "average", {"beam": 4, "alpha": 0.6}, named={"test2016": test},
+                                 device=record["provenance"]["device"])
+    last = metrics[-1]
+    return {"minutes": minutes, "wall_minutes": round(wall_minutes, 2), "steps": last["step"],
+            "epochs": last["epoch"], "tokens_per_s": last["tokens_per_s"], "valid_loss": last["valid_loss"],
+            "precision": record["precision"], "compile": record["compile"], "provenance": record["provenance"],
+            "test2016": results["test2016"]}
