@@ -19,12 +19,14 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--minutes", type=float, required=True, help="training minutes (validation not counted)")
     p.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16", "fp16"])
+    p.add_argument("--seed", type=int, default=0, help="the training seed (the vocabulary does not depend on it)")
     p.add_argument("--config", default="configs/multi30k-de-en.toml")
     p.add_argument("--out", required=True, help="the JSON record to write")
     args = p.parse_args()
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)  # before the minutes are spent
     recipe = load_run_config(args.config)
-    recipe = dataclasses.replace(recipe, train=dataclasses.replace(recipe.train, precision=args.precision))
+    recipe = dataclasses.replace(recipe, train=dataclasses.replace(recipe.train, precision=args.precision,
+                                                                     seed=args.seed))
     load_at_start = load_average()
     brief = train_briefly(recipe, args.minutes, Path(tempfile.mkdtemp()) / "multi30k-here")
     test = brief.pop("test2016")
