@@ -30,7 +30,7 @@ def main() -> None:
     load_at_start = load_average()
     brief = train_briefly(recipe, args.minutes, Path(tempfile.mkdtemp()) / "multi30k-here")
     test = brief.pop("test2016")
-    record = brief | {"seed": args.seed, "test2016": {k: test[k] for k in ("bleu", "line", "signature")},
+    record = brief | {"test2016": {k: test[k] for k in ("bleu", "line", "signature")},
                       "samples": [{"source": s, "reference": r, "hypothesis": h}
                                   for (s, r), h in zip(test["pairs"][:5], test["hypotheses"][:5])],
                       "load_average": {"start": load_at_start, "end": load_average()},

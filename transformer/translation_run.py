@@ -167,18 +167,23 @@ def check_resumable(run: RunConfig, out: Path) -> None:
 # %% ../nbs/07b_translation_run.ipynb #b7e1a0c3
 def train_briefly(run: RunConfig, minutes: float, out: str | Path, device: str = "auto",
                   test_pairs: int | None = None) -> dict:
-    "Train `run` for `minutes`, average its last five checkpoints and score them on test2016 (beam 4, α 0.6)."
+    "Train Multi30k `run` for `minutes`, average its last five checkpoints and score the average on test2016."
+    if run.train_src:
+        raise ValueError("train_briefly scores Multi30k's test2016: the run must train on Multi30k, not its own files")
+    if test_pairs is not None and test_pairs < 1:
+        raise ValueError(f"test_pairs must be at least 1 (or None for all of test2016), got {test_pairs}")
     out, start = Path(out), time.perf_counter()
     metrics = train_run(replace(run, train=replace(run.train, max_minutes=minutes)), out, progress="lines",
                         device=device)
-    wall_minutes = (time.perf_counter() - start) / 60  # training, validation after each epoch, and the probes
+    wall_minutes = (time.perf_counter() - start) / 60  # all of train_run: corpus, vocabulary, probes, validation
     save_average(RunFolder(out).last(5), out / "average")
     record = recorded(out)
     test = load_split("test2016", src=run.src_lang, tgt=run.tgt_lang)[:test_pairs]
     results, _ = evaluate_splits(out / "average", {"beam": 4, "alpha": 0.6}, named={"test2016": test},
                                  device=record["provenance"]["device"])
-    last = metrics[-1]
-    return {"minutes": minutes, "wall_minutes": round(wall_minutes, 2), "steps": last["step"],
-            "epochs": last["epoch"], "tokens_per_s": last["tokens_per_s"], "valid_loss": last["valid_loss"],
+    last = metrics[-1]  # the last checkpoint's row; the test score is the average's
+    return {"minutes": minutes, "seed": run.train.seed, "wall_minutes": round(wall_minutes, 2),
+            "steps": last["step"], "epochs": last["epoch"], "tokens_per_s": last["tokens_per_s"],
+            "valid_loss": last["valid_loss"], "loss_scale": last.get("loss_scale"),  # fp16's gradient scaler
             "precision": record["precision"], "compile": record["compile"], "provenance": record["provenance"],
             "test2016": results["test2016"]}
