@@ -169,7 +169,8 @@ def train_briefly(run: RunConfig, minutes: float, out: str | Path, device: str =
                   test_pairs: int | None = None) -> dict:
     "Train Multi30k `run` for `minutes`, average its last five checkpoints and score the average on test2016."
     if run.train_src:
-        raise ValueError("train_briefly scores Multi30k's test2016: the run must train on Multi30k, not its own files")
+        raise ValueError("train_briefly scores Multi30k's test2016: the run must train on Multi30k, not on its "
+                         "own files")
     if test_pairs is not None and test_pairs < 1:
         raise ValueError(f"test_pairs must be at least 1 (or None for all of test2016), got {test_pairs}")
     out, start = Path(out), time.perf_counter()
