@@ -1,6 +1,6 @@
 """Chapter 9's "Train it here" on this machine: the recipe for a few minutes, averaged and scored, into a JSON record.
 
-python scripts/train_here.py --minutes 3 --precision fp16 --out results/train-here/h100-fp16.json
+python scripts/train_here.py --minutes 3 --precision fp16 --seed 0 --out results/train-here/h200-fp16-seed0.json
 (fp16 with a gradient scaler is what `auto` picks on a Colab T4, which has no bf16.)"""
 
 import argparse
@@ -12,13 +12,14 @@ from pathlib import Path
 
 from transformer.checkpoint import write_json
 from transformer.run import load_average, load_run_config
+from transformer.training import PRECISIONS
 from transformer.translation_run import train_briefly
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--minutes", type=float, required=True, help="training minutes (validation not counted)")
-    p.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16", "fp16"])
+    p.add_argument("--precision", default="auto", choices=PRECISIONS)
     p.add_argument("--seed", type=int, default=0, help="the training seed (the vocabulary does not depend on it)")
     p.add_argument("--config", default="configs/multi30k-de-en.toml")
     p.add_argument("--out", required=True, help="the JSON record to write")
