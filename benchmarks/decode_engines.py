@@ -1,6 +1,7 @@
 """Decoding a trained model, side by side in one run: ours in float32, with dynamic int8 linear layers and through
 `FastDecoder` (compiled, in float32 and, where the CPU has bf16 instructions, in bf16), and CTranslate2 in float32 and
-int8 on the same exported weights; beam 4 and greedy, on the test2016 sources.
+int8 on the same exported weights; beam 4 and greedy, on the test2016 sources. Our beam search runs a second time with
+`early_exit` (a sentence stops once a step's best extension ends), to show what the stopping rule costs and saves.
 
 Unlike decode_throughput.py (random weights, every output forced to one length), this decodes the real model as a
 user would: each engine stops where its search ends, so the outputs and their lengths are counted. The same
@@ -37,13 +38,14 @@ PUBLISHED = ROOT / "models" / "multi30k-de-en"
 MAX_EXTRA = 50  # output tokens beyond the source length, for every decoder (our default)
 
 
-def ours(model, beam: int, alpha: float):
+def ours(model, beam: int, alpha: float, early_exit: bool = False):
     "Our decoder on a batch of id lists (without </s>)."
     def run(batch: list[list[int]]) -> list[list[int]]:
         src = pad_sequences([[*x, model.cfg.eos_id] for x in batch], model.cfg.pad_id)
         if beam == 1:
             return greedy_decode(model, src, max_extra=MAX_EXTRA)
-        return [h[0].tokens for h in beam_search(model, src, beam_size=beam, alpha=alpha, max_extra=MAX_EXTRA)]
+        return [h[0].tokens for h in beam_search(model, src, beam_size=beam, alpha=alpha, max_extra=MAX_EXTRA,
+                                                 early_exit=early_exit)]
     return run
 
 
@@ -116,6 +118,9 @@ def main() -> None:
                             for kind, decoder in fast.items()},
                          **{f"CTranslate2 {kind}, {label}": ctranslate2_decoder(exported, kind, beam, alpha, threads)
                             for kind in ("float32", "int8")}}
+            if beam > 1:  # beam search that stops a sentence once a step's best extension ends
+                decoders |= {f"ours float32, {label}, early exit": ours(model, beam, alpha, early_exit=True),
+                             f"ours int8, {label}, early exit": ours(int8_model, beam, alpha, early_exit=True)}
         _, batches = batches_of(test, args.batch_size)  # every decoder's outputs in this same order
         for name, run in decoders.items():  # warm-up: first calls allocate, and compile (with one sentence, the
             run(batches[0])                  # graphs for a lone sentence, which beam search reaches as others finish)
@@ -157,10 +162,15 @@ def main() -> None:
             ratios[f"{key}_compiled_{kind}_vs_ctranslate2_int8"] = ratio_of_rounds(
                 per_round, f"CTranslate2 int8, {label}", compiled)
             ratios[f"{key}_compiled_{kind}_vs_float32"] = ratio_of_rounds(per_round, f"ours float32, {label}", compiled)
+    for kind in ("float32", "int8"):  # stopping early, against CTranslate2's fastest and against the full search
+        early = f"ours {kind}, {b}, early exit"
+        ratios[f"beam{args.beam}_{kind}_early_exit_vs_ctranslate2_int8"] = ratio_of_rounds(
+            per_round, f"CTranslate2 int8, {b}", early)
+        ratios[f"beam{args.beam}_{kind}_early_exit_vs_full"] = ratio_of_rounds(per_round, f"ours {kind}, {b}", early)
     print(f"{n} test2016 sources in batches of {args.batch_size}, {threads} threads; model {folder}; "
           f"beam search alpha {alpha}")
     for r in rows:
-        print(f"{r['decoder']:32}{r['sentences_per_s']:>8.1f} sentences/s{r['tokens_per_s']:>10,.1f} tokens/s"
+        print(f"{r['decoder']:44}{r['sentences_per_s']:>8.1f} sentences/s{r['tokens_per_s']:>10,.1f} tokens/s"
               f"   same as ours float32: {r['same_as_ours_float32']:.1%}   val BLEU {r['val_bleu']:.2f}")
     print("ratios (> 1: ours is faster; median, spread):", {k: (r["median"], r["spread"]) for k, r in ratios.items()})
     load = {"before": load_before, "after": load_average()}

@@ -236,6 +236,36 @@ def test_beam_steps_retrace_the_search(model, alpha):
         assert max(ended, key=lambda r: r["score"])["tokens"][:-1] == found[0].tokens
 
 
+@pytest.mark.parametrize("alpha", [0.0, 0.6, 1.0])
+def test_early_exit_stops_where_the_best_extension_ends(model, alpha):
+    """With `early_exit`, each sentence stops at the first step whose best extension ends (or at its limit), never
+    later than the full search and never with a better hypothesis. Without a length penalty the full search's bound
+    is that same rule, so the two stop together; with one, some sentence of this model stops sooner."""
+    src = sources([3, 5, 7, 4, 6, 2, 8, 5], 30, seed=21)
+    sooner = 0
+    for b in range(src.size(0)):
+        s = unpadded(src, b)
+        trace = []  # per step of the full search: (best log-probability of those that end there, best live one)
+
+        def watch(t, tokens, scores, finished, seen=[0]):
+            new = finished[0][seen[0]:]
+            seen[0] = len(finished[0])
+            trace.append((max((h.logprob for h in new), default=float("-inf")), scores.amax().item()))
+
+        full = beam_search(model, s, beam_size=3, alpha=alpha, max_extra=6, watch=watch)[0][0]
+        steps = []
+        early = beam_search(model, s, beam_size=3, alpha=alpha, max_extra=6, early_exit=True,
+                            watch=lambda t, *_: steps.append(t))[0][0]
+        first_best_end = next((t for t, (ended, live) in enumerate(trace) if ended >= live), len(trace) - 1)
+        assert len(steps) == min(first_best_end + 1, len(trace)), (b, trace)
+        assert early.score <= full.score + 1e-6
+        sooner += len(steps) < len(trace)
+    if alpha == 0:
+        assert sooner == 0
+    else:
+        assert sooner > 0, "no sentence stopped sooner: the test would pass without early_exit"
+
+
 def test_beam_steps_follow_one_sentence(short_model):
     """A batch of two sentences is refused, naming the shape."""
     with pytest.raises(ValueError, match=r"one sentence: src must have shape \(1, S\), got \(2, 3\)"):

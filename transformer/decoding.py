@@ -189,8 +189,8 @@ BeamWatch = Callable[[int, Tensor, Tensor, list[list[Hypothesis]]], None]
 
 @torch.inference_mode()
 def beam_search(model: SequenceModel, src: Tensor, beam_size: int = 4, alpha: float = 0.6, max_extra: int = 50,
-                n_best: int = 1, constrain: Constraint | None = None,
-                watch: BeamWatch | None = None) -> list[list[Hypothesis]]:
+                n_best: int = 1, constrain: Constraint | None = None, watch: BeamWatch | None = None,
+                early_exit: bool = False) -> list[list[Hypothesis]]:
     "Beam search over a batch of source ids (B, S); per sentence, its `n_best` hypotheses, best first."
     if beam_size < 1:
         raise ValueError(f"beam_size must be at least 1, got {beam_size}")
@@ -233,6 +233,9 @@ def beam_search(model: SequenceModel, src: Tensor, beam_size: int = 4, alpha: fl
                                  device=src.device)
         bound = scores.amax(-1) / length_penalty(limit.float(), alpha)  # best any live hypothesis could reach
         done = (best_done >= bound) | (t + 1 >= limit)
+        if early_exit:  # or as soon as the step's best candidate ends, once n_best have ended
+            ended = torch.tensor([len(finished[b]) for b in alive.tolist()], device=src.device)
+            done |= ends[:, 0] & (ended >= n_best)
         if done.all():
             break
         if done.any():                                      # finished sentences leave the batch
@@ -267,7 +270,8 @@ def beam_steps(model: SequenceModel, src: Tensor, beam_size: int = 4, alpha: flo
 
 # %% ../nbs/05_decoding.ipynb #2654722d
 def translate_ids(model: SequenceModel, sentences: Sequence[Sequence[int]], beam_size: int = 4, alpha: float = 0.6,
-                  batch_size: int = 64, max_extra: int = 50, constrain: Constraint | None = None) -> list[list[int]]:
+                  batch_size: int = 64, max_extra: int = 50, constrain: Constraint | None = None,
+                  early_exit: bool = False) -> list[list[int]]:
     "Translate source id lists (without specials); beam search, or greedy decoding when `beam_size` is 1."
     device = next(model.parameters()).device
     order = sorted(range(len(sentences)), key=lambda i: len(sentences[i]))
@@ -280,7 +284,8 @@ def translate_ids(model: SequenceModel, sentences: Sequence[Sequence[int]], beam
         if beam_size == 1:
             results = greedy_decode(model, src, max_extra, constrain=constrain)
         else:
-            results = [h[0].tokens for h in beam_search(model, src, beam_size, alpha, max_extra, constrain=constrain)]
+            results = [h[0].tokens for h in beam_search(model, src, beam_size, alpha, max_extra, constrain=constrain,
+                                                        early_exit=early_exit)]
         for i, tokens in zip(idx, results):
             out[i] = tokens
     return out
