@@ -162,11 +162,11 @@ def main() -> None:
             ratios[f"{key}_compiled_{kind}_vs_ctranslate2_int8"] = ratio_of_rounds(
                 per_round, f"CTranslate2 int8, {label}", compiled)
             ratios[f"{key}_compiled_{kind}_vs_float32"] = ratio_of_rounds(per_round, f"ours float32, {label}", compiled)
-    for kind in ("float32", "int8"):  # stopping early, against CTranslate2's fastest and against the full search
-        early = f"ours {kind}, {b}, early exit"
-        ratios[f"beam{args.beam}_{kind}_early_exit_vs_ctranslate2_int8"] = ratio_of_rounds(
+    for kind, key in (("float32", ""), ("int8", "int8_")):  # stopping early: against CTranslate2's fastest, and
+        early = f"ours {kind}, {b}, early exit"                 # against the same decoder's full search
+        ratios[f"beam{args.beam}_{key}early_exit_vs_ctranslate2_int8"] = ratio_of_rounds(
             per_round, f"CTranslate2 int8, {b}", early)
-        ratios[f"beam{args.beam}_{kind}_early_exit_vs_full"] = ratio_of_rounds(per_round, f"ours {kind}, {b}", early)
+        ratios[f"beam{args.beam}_{key}early_exit_vs_full"] = ratio_of_rounds(per_round, f"ours {kind}, {b}", early)
     print(f"{n} test2016 sources in batches of {args.batch_size}, {threads} threads; model {folder}; "
           f"beam search alpha {alpha}")
     for r in rows:
