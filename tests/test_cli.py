@@ -117,6 +117,8 @@ def test_translate_from_arguments_file_and_stdin(run):
     from_file = cli("translate", "--model", str(run / "avg"), "--beam", "1", "--input", str(run / "in.de"))
     from_stdin = cli("translate", "--model", str(run / "avg"), "--beam", "1", stdin="Ein Hund.\nZwei Katzen schlafen.\n")
     assert args.stdout == from_file.stdout == from_stdin.stdout
+    early = cli("translate", "--model", str(run / "avg"), "--beam", "2", "--early-exit", "Ein Hund.", "Zwei Katzen.")
+    assert early.returncode == 0 and len(early.stdout.splitlines()) == 2, early.stderr
 
 
 @pytest.mark.parametrize("config, words", [

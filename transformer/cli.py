@@ -99,6 +99,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--input", help="a file with one sentence per line")
     p.add_argument("--int8", action="store_true", help="decode on the CPU with int8 linear layers (dynamic "
                    "quantization): faster, with a BLEU cost that benchmarks/decode_engines.py measures")
+    p.add_argument("--early-exit", action="store_true", help="beam search stops a sentence once a step's best "
+                   "extension ends: faster, rarely another translation (benchmarks/decode_engines.py measures both)")
 
     p = sub.add_parser("evaluate", help="sacreBLEU of a model on a Multi30k split or on files")
     add_decoding_args(p)
@@ -216,7 +218,8 @@ def cmd_translate(args: argparse.Namespace) -> None:
     model, tokenizer = load_translator(args.model, device)
     model = dynamic_int8(model) if args.int8 else model
     ids = encode_sentences(tokenizer, sentences)  # tokenized once: translated, and checked for length
-    for line in translate_encoded(model, tokenizer, ids, decoding["beam"], decoding["alpha"], args.batch_size):
+    for line in translate_encoded(model, tokenizer, ids, decoding["beam"], decoding["alpha"], args.batch_size,
+                                  args.early_exit):
         print(line)  # one line for each sentence read, empty for an empty or over-long one
     if long := long_sentences(ids, model.cfg.max_len):
         raise ValueError(f"{too_long_message(long, model.cfg.max_len)}: left empty, the others are translated")

@@ -53,22 +53,23 @@ def too_long_message(long: dict[int, int], max_len: int) -> str:
 
 
 def translate_encoded(model: Transformer, tokenizer: Tokenizer, ids: Sequence[Sequence[int]], beam_size: int = 4,
-                      alpha: float = 0.6, batch_size: int = 64) -> list[str]:
+                      alpha: float = 0.6, batch_size: int = 64, early_exit: bool = False) -> list[str]:
     "Translate `encode_sentences` ids; an empty sentence, or one too long for the model, comes back empty."
     long = long_sentences(ids, model.cfg.max_len)
     todo = [i for i, x in enumerate(ids) if x and i + 1 not in long]
-    done = tokenizer.decode_batch(translate_ids(model, [ids[i] for i in todo], beam_size, alpha, batch_size))
+    done = tokenizer.decode_batch(translate_ids(model, [ids[i] for i in todo], beam_size, alpha, batch_size,
+                                                early_exit=early_exit))
     translations = dict(zip(todo, done))
     return [translations.get(i, "") for i in range(len(ids))]
 
 
 def translate_text(model: Transformer, tokenizer: Tokenizer, sentences: Sequence[str], beam_size: int = 4,
-                   alpha: float = 0.6, batch_size: int = 64) -> list[str]:
+                   alpha: float = 0.6, batch_size: int = 64, early_exit: bool = False) -> list[str]:
     "Translate sentences; an empty one comes back empty; a `ValueError` names any too long for the model."
     ids = encode_sentences(tokenizer, sentences)
     if long := long_sentences(ids, model.cfg.max_len):
         raise ValueError(too_long_message(long, model.cfg.max_len))
-    return translate_encoded(model, tokenizer, ids, beam_size, alpha, batch_size)
+    return translate_encoded(model, tokenizer, ids, beam_size, alpha, batch_size, early_exit)
 
 
 def bleu(hypotheses: Sequence[str], references: Sequence[str]) -> tuple[float, str, str]:
