@@ -179,6 +179,7 @@ def main() -> None:
     path = write_result("decode_engines", {"model": named, "model_sha256": sha256(folder / "model.safetensors"),
                                            "sentences": n, "batch_size": args.batch_size,
                                            "beam": args.beam, "alpha": alpha, "load_averages": load,
+                                           "fast_decoder_projection": {k: d.projection for k, d in fast.items()},
                                            "rows": rows, "ratios": ratios})
     print(f"wrote {path}")
 
