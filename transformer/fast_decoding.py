@@ -131,7 +131,11 @@ def faster_projection(linear: nn.Linear, rows: int = PROJECTION_PROBE_ROWS,
         return linear, {"packed": False, "reason": "packing is for float32 output projections on a CPU"}
     if not torch.backends.mkldnn.is_available():
         return linear, {"packed": False, "reason": "this PyTorch has no oneDNN"}
-    packed, hidden = PackedProjection(linear), torch.randn(rows, weight.size(1))
+    try:
+        packed, hidden = PackedProjection(linear), torch.randn(rows, weight.size(1))
+        packed(hidden)
+    except RuntimeError as e:  # a oneDNN build without these kernels for this CPU
+        return linear, {"packed": False, "reason": f"oneDNN could not pack it here: {str(e).splitlines()[0]}"}
     seconds = best_seconds({"plain": lambda: linear(hidden), "packed": lambda: packed(hidden)}, repeats=5)
     faster = seconds["plain"] >= min_speedup * seconds["packed"]
     return (packed if faster else linear), {"packed": faster, "rows": rows,
