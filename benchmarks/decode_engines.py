@@ -162,8 +162,8 @@ def main() -> None:
             ratios[f"{key}_compiled_{kind}_vs_ctranslate2_int8"] = ratio_of_rounds(
                 per_round, f"CTranslate2 int8, {label}", compiled)
             ratios[f"{key}_compiled_{kind}_vs_float32"] = ratio_of_rounds(per_round, f"ours float32, {label}", compiled)
-    for kind, key in (("float32", ""), ("int8", "int8_")):  # stopping early: against CTranslate2's fastest, and
-        early = f"ours {kind}, {b}, early exit"                 # against the same decoder's full search
+    for kind, key in (("float32", ""), ("int8", "int8_")) if args.beam > 1 else ():  # stopping early: against
+        early = f"ours {kind}, {b}, early exit"  # CTranslate2's fastest, and against the same decoder's full search
         ratios[f"beam{args.beam}_{key}early_exit_vs_ctranslate2_int8"] = ratio_of_rounds(
             per_round, f"CTranslate2 int8, {b}", early)
         ratios[f"beam{args.beam}_{key}early_exit_vs_full"] = ratio_of_rounds(per_round, f"ours {kind}, {b}", early)

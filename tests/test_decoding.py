@@ -247,10 +247,9 @@ def test_early_exit_stops_where_the_best_extension_ends(model, alpha):
         s = unpadded(src, b)
         trace = []  # per step of the full search: (best log-probability of those that end there, best live one)
 
-        def watch(t, tokens, scores, finished, seen=[0]):
-            new = finished[0][seen[0]:]
-            seen[0] = len(finished[0])
-            trace.append((max((h.logprob for h in new), default=float("-inf")), scores.amax().item()))
+        def watch(t, tokens, scores, finished):
+            new = [h.logprob for h in finished[0] if len(h.tokens) == t]  # ended at step t: t tokens, then </s>
+            trace.append((max(new, default=float("-inf")), scores.amax().item()))
 
         full = beam_search(model, s, beam_size=3, alpha=alpha, max_extra=6, watch=watch)[0][0]
         steps = []
@@ -276,17 +275,21 @@ def test_beam_steps_follow_one_sentence(short_model):
 
 @pytest.mark.parametrize("which", ["post_ln_model", "pre_ln_model", "model"])
 def test_sentence_alone_equals_sentence_in_padded_batch(which, request):
-    """Greedy and beam search give each sentence the same output (and beam score) alone as in a padded batch."""
+    """Greedy and beam search (also stopping early, with n_best 2) give each sentence the same output (and beam
+    score) alone as in a padded batch."""
     model = request.getfixturevalue(which)
     src = sources([7, 1, 4, 2], model.cfg.src_vocab_size, seed=7)
     greedy = greedy_decode(model, src, max_extra=6)
     beam = beam_search(model, src, beam_size=3, alpha=0.6, max_extra=6, n_best=3)
+    early = beam_search(model, src, beam_size=3, alpha=0.6, max_extra=6, n_best=2, early_exit=True)
     for b in range(src.size(0)):
         alone = unpadded(src, b)
         assert greedy_decode(model, alone, max_extra=6) == [greedy[b]], b
-        hyps = beam_search(model, alone, beam_size=3, alpha=0.6, max_extra=6, n_best=3)[0]
-        assert [h.tokens for h in hyps] == [h.tokens for h in beam[b]], b
-        assert_close([h.score for h in hyps], [h.score for h in beam[b]], atol=1e-4, rtol=0)
+        for found, n_best, early_exit in ((beam, 3, False), (early, 2, True)):
+            hyps = beam_search(model, alone, beam_size=3, alpha=0.6, max_extra=6, n_best=n_best,
+                               early_exit=early_exit)[0]
+            assert [h.tokens for h in hyps] == [h.tokens for h in found[b]], (b, early_exit)
+            assert_close([h.score for h in hyps], [h.score for h in found[b]], atol=1e-4, rtol=0)
 
 
 @pytest.mark.parametrize("use_cache", [True, False])

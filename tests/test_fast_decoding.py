@@ -11,7 +11,7 @@ from torch.testing import assert_close
 from conftest import BOS, EOS, PAD, padded_tokens
 from transformer.decoder_only import DecoderOnly, DecoderOnlyConfig
 from transformer.decoding import beam_search, greedy_decode, translate_ids
-from transformer.fast_decoding import FastDecoder, StaticKVCache
+from transformer.fast_decoding import FastDecoder, PackedProjection, StaticKVCache, faster_projection
 from transformer.model import Transformer
 
 TOL = dict(atol=1e-5, rtol=1e-5)
@@ -200,3 +200,39 @@ def test_bad_use_is_refused_clearly(post_ln_model):
         greedy_decode(decoder, src, use_cache=False)
     with pytest.raises(ValueError, match="capacity must be at least 1"):
         greedy_decode(FastDecoder(post_ln_model, compile=False, capacity=0), src)
+
+
+@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="this PyTorch has no oneDNN")
+def test_packed_projection_equals_the_layer_and_follows_its_weight(post_ln_model):
+    """The packed output projection gives the layer's logits for rows and for sequences, and after the (tied) weight
+    changes in place it repacks; `pack` forces either choice, recorded with a reason."""
+    model = Transformer(post_ln_model.cfg).eval()
+    model.load_state_dict(post_ln_model.state_dict())
+    packed = PackedProjection(model.generator)
+    hidden = torch.randn(2, 5, model.cfg.d_model)
+    for h in (hidden, hidden[:, 0]):
+        assert_close(packed(h), model.generator(h), atol=1e-5, rtol=1e-5)
+    with torch.no_grad():
+        model.generator.weight.mul_(-2.0)
+    assert_close(packed(hidden), model.generator(hidden), atol=1e-5, rtol=1e-5)
+    chosen, why = faster_projection(model.generator, pack=True)
+    assert isinstance(chosen, PackedProjection) and why == {"packed": True, "reason": "asked to"}
+    assert faster_projection(model.generator, pack=False)[0] is model.generator
+    probed = faster_projection(model.generator)[1]
+    assert probed["plain_ms"] > 0 and probed["packed_ms"] > 0 and "as fast as plain" in probed["reason"]
+
+
+def test_projections_that_cannot_be_packed_stay_as_they_are(ending_model, post_ln_model):
+    """A layer with a hook (ending_model's </s> bonus), with a bias, in bf16 or quantized to int8 is kept, with a
+    reason, even when packing is asked for; the decoder then finds what the model finds."""
+    from transformer.decoding import dynamic_int8
+    biased = torch.nn.Linear(8, 16)
+    layers = [ending_model.generator, biased, torch.nn.Linear(8, 16, bias=False).to(torch.bfloat16),
+              dynamic_int8(post_ln_model).generator]
+    for layer in layers:
+        kept, why = faster_projection(layer, pack=True)
+        assert kept is layer and not why["packed"] and why["reason"], type(layer)
+    decoder = FastDecoder(ending_model, compile=False, pack=True)
+    assert decoder.generator is ending_model.generator
+    src = torch.tensor([[5, 9, 12, EOS], [8, 3, EOS, PAD]])
+    assert greedy_decode(decoder, src, max_extra=6) == greedy_decode(ending_model, src, max_extra=6)

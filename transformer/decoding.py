@@ -233,9 +233,9 @@ def beam_search(model: SequenceModel, src: Tensor, beam_size: int = 4, alpha: fl
                                  device=src.device)
         bound = scores.amax(-1) / length_penalty(limit.float(), alpha)  # best any live hypothesis could reach
         done = (best_done >= bound) | (t + 1 >= limit)
-        if early_exit:  # or as soon as the step's best candidate ends, once n_best have ended
-            ended = torch.tensor([len(finished[b]) for b in alive.tolist()], device=src.device)
-            done |= ends[:, 0] & (ended >= n_best)
+        if early_exit:  # or once the step's best extension ends (it just joined `finished`) and n_best have
+            enough = torch.tensor([len(finished[b]) >= n_best for b in alive.tolist()], device=src.device)
+            done |= ends[:, 0] if n_best == 1 else ends[:, 0] & enough
         if done.all():
             break
         if done.any():                                      # finished sentences leave the batch

@@ -106,40 +106,50 @@ PROJECTION_PROBE_ROWS = 64  # rows the output projection is timed on: a batch of
 
 
 class PackedProjection(nn.Module):
-    "A bias-free `nn.Linear` computed by oneDNN on its weight reordered once (as torch.compile's freezing does)."
+    "A bias-free `nn.Linear` run by oneDNN on a copy of its weight in its layout, redone when the weight changes."
 
     def __init__(self, linear: nn.Linear):
         super().__init__()
         if linear.bias is not None:
             raise ValueError("PackedProjection packs the output projection, which has no bias")
         self.weight = linear.weight  # the model's own (tied) weight, for whoever reads it
-        self.packed = torch.ops.mkldnn._reorder_linear_weight(linear.weight.detach(), None)
+        self.pack()
+
+    def pack(self) -> None:
+        "Lay the weight out for oneDNN (once, as torch.compile's freezing does), noting which version of it."
+        self.packed = torch.ops.mkldnn._reorder_linear_weight(self.weight.detach(), None)
+        self.packed_version = self.weight._version  # bumped by every in-place change (training, loading)
 
     def forward(self, hidden: Tensor) -> Tensor:
         "Logits (…, V) of hidden states (…, d_model)."
+        if self.weight._version != self.packed_version:
+            self.pack()
         flat = hidden.reshape(-1, hidden.size(-1))                                        # (n, d_model)
         logits = torch.ops.mkldnn._linear_pointwise(flat, self.packed, None, "none", [], "")  # (n, V)
         return logits.view(*hidden.shape[:-1], logits.size(-1))
 
 
 @torch.inference_mode()
-def faster_projection(linear: nn.Linear, rows: int = PROJECTION_PROBE_ROWS,
-                      min_speedup: float = 1.1) -> tuple[nn.Module, dict]:
-    "`linear`, or its `PackedProjection` where that runs at least `min_speedup` times as fast here; and the timings."
-    weight = linear.weight
-    if weight.device.type != "cpu" or weight.dtype != torch.float32 or linear.bias is not None:
-        return linear, {"packed": False, "reason": "packing is for float32 output projections on a CPU"}
-    if not torch.backends.mkldnn.is_available():
-        return linear, {"packed": False, "reason": "this PyTorch has no oneDNN"}
+def faster_projection(linear: nn.Module, rows: int = PROJECTION_PROBE_ROWS, min_speedup: float = 1.1,
+                      pack: bool | None = None) -> tuple[nn.Module, dict]:
+    "`linear`, or its `PackedProjection` if `pack`, or (None) where that runs `min_speedup` times as fast here."
+    plain = type(linear) is nn.Linear and not (linear._forward_hooks or linear._forward_pre_hooks)
+    if not plain or linear.bias is not None or linear.weight.dtype != torch.float32 or linear.weight.is_cuda:
+        return linear, {"packed": False, "reason": "packing is for a float32 nn.Linear, no bias or hooks, on a CPU"}
+    if pack is False or not torch.backends.mkldnn.is_available():
+        return linear, {"packed": False, "reason": "asked not to" if pack is False else "this PyTorch has no oneDNN"}
     try:
-        packed, hidden = PackedProjection(linear), torch.randn(rows, weight.size(1))
+        packed, hidden = PackedProjection(linear), torch.randn(rows, linear.weight.size(1))
         packed(hidden)
     except RuntimeError as e:  # a oneDNN build without these kernels for this CPU
         return linear, {"packed": False, "reason": f"oneDNN could not pack it here: {str(e).splitlines()[0]}"}
+    if pack:
+        return packed, {"packed": True, "reason": "asked to"}
     seconds = best_seconds({"plain": lambda: linear(hidden), "packed": lambda: packed(hidden)}, repeats=5)
     faster = seconds["plain"] >= min_speedup * seconds["packed"]
-    return (packed if faster else linear), {"packed": faster, "rows": rows,
-                                            **{f"{k}_ms": round(s * 1e3, 3) for k, s in seconds.items()}}
+    timings = {"rows": rows, **{f"{k}_ms": round(s * 1e3, 3) for k, s in seconds.items()}}
+    return (packed if faster else linear), {"packed": faster, "reason": f"{'at least' if faster else 'under'} "
+                                            f"{min_speedup:g}x as fast as plain on {rows} rows", **timings}
 
 
 # %% ../nbs/05b_fast_decoding.ipynb #e6dc5cc5
@@ -151,7 +161,7 @@ class FastDecoder:
     "A `Transformer` for decoding: `StaticKVCache`, a compiled `static_step`, weights in `dtype`; searches take it."
 
     def __init__(self, model: Transformer, dtype: torch.dtype = torch.float32, compile: bool = True,
-                 capacity: int = 64):
+                 capacity: int = 64, pack: bool | None = None):
         if model.cfg.kind != "encoder-decoder":
             raise ValueError(f"FastDecoder decodes encoder-decoder models; this one is {model.cfg.kind}")
         if dtype not in DECODING_DTYPES.values():
@@ -159,7 +169,7 @@ class FastDecoder:
         same = next(model.parameters()).dtype == dtype
         self.model = model if same else copy.deepcopy(model).to(dtype)  # the caller's model stays as it is
         self.cfg, self.capacity = model.cfg, capacity
-        self.generator, self.projection = faster_projection(self.model.generator)  # timed here, on this CPU
+        self.generator, self.projection = faster_projection(self.model.generator, pack=pack)  # None: timed here
         self.run_step = compile_dynamic(static_step) if compile else static_step
         cpu_has_bf16_matmul()  # asked now: attention reads the answer, and the compiled step cannot trace the query
 
