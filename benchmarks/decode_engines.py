@@ -1,5 +1,6 @@
 """Decoding a trained model, side by side in one run: ours in float32, with dynamic int8 linear layers and through
-`FastDecoder` (compiled, in float32 and, where the CPU has bf16 instructions, in bf16), and CTranslate2 in float32 and
+`FastDecoder` (compiled, in float32 and, where the CPU has bf16 instructions, in bf16; in float32 also without its
+packed output projection where its probe chose one), and CTranslate2 in float32 and
 int8 on the same exported weights; beam 4 and greedy, on the test2016 sources. Our beam search runs a second time with
 `early_exit` (a sentence stops once a step's best extension ends), to show what the stopping rule costs and saves.
 
@@ -105,6 +106,7 @@ def main() -> None:
     fast = {"float32": FastDecoder(model)}  # compiled during the warm-up below, never while timed
     if native_bf16("cpu")[0]:
         fast["bf16"] = FastDecoder(model, torch.bfloat16)
+    unpacked = FastDecoder(model, pack=False) if fast["float32"].projection["packed"] else None  # what packing saves
     test = [e.ids for e in tokenizer.encode_batch([s for s, _ in load_split("test2016")[: args.sentences]])]
     val = load_split("val")
     val_ids = [e.ids for e in tokenizer.encode_batch([s for s, _ in val])]
@@ -118,6 +120,8 @@ def main() -> None:
                             for kind, decoder in fast.items()},
                          **{f"CTranslate2 {kind}, {label}": ctranslate2_decoder(exported, kind, beam, alpha, threads)
                             for kind in ("float32", "int8")}}
+            if unpacked is not None:
+                decoders[f"ours compiled float32 unpacked, {label}"] = ours(unpacked, beam, alpha)
             if beam > 1:  # beam search that stops a sentence once a step's best extension ends
                 decoders |= {f"ours float32, {label}, early exit": ours(model, beam, alpha, early_exit=True),
                              f"ours int8, {label}, early exit": ours(int8_model, beam, alpha, early_exit=True)}
@@ -162,6 +166,9 @@ def main() -> None:
             ratios[f"{key}_compiled_{kind}_vs_ctranslate2_int8"] = ratio_of_rounds(
                 per_round, f"CTranslate2 int8, {label}", compiled)
             ratios[f"{key}_compiled_{kind}_vs_float32"] = ratio_of_rounds(per_round, f"ours float32, {label}", compiled)
+        if unpacked is not None:  # the same compiled decoder with the plain output projection, side by side
+            ratios[f"{key}_packed_projection_vs_unpacked"] = ratio_of_rounds(
+                per_round, f"ours compiled float32 unpacked, {label}", f"ours compiled float32, {label}")
     for kind, key in (("float32", ""), ("int8", "int8_")) if args.beam > 1 else ():  # stopping early: against
         early = f"ours {kind}, {b}, early exit"  # CTranslate2's fastest, and against the same decoder's full search
         ratios[f"beam{args.beam}_{key}early_exit_vs_ctranslate2_int8"] = ratio_of_rounds(
