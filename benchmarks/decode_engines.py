@@ -1,8 +1,8 @@
 """Decoding a trained model, side by side in one run: ours in float32, with dynamic int8 linear layers and through
 `FastDecoder` (compiled, in float32 and, where the CPU has bf16 instructions, in bf16; in float32 also without its
-packed output projection where its probe chose one), and CTranslate2 in float32 and
-int8 on the same exported weights; beam 4 and greedy, on the test2016 sources. Our beam search runs a second time with
-`early_exit` (a sentence stops once a step's best extension ends), to show what the stopping rule costs and saves.
+packed output projection where its probe chose one), and CTranslate2 in float32 and int8 on the same exported
+weights; beam 4 and greedy, on the test2016 sources. Our beam search runs a second time with `early_exit` (a
+sentence stops once a step's best extension ends), to show what the stopping rule costs and saves.
 
 Unlike decode_throughput.py (random weights, every output forced to one length), this decodes the real model as a
 user would: each engine stops where its search ends, so the outputs and their lengths are counted. The same

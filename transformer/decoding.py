@@ -234,8 +234,8 @@ def beam_search(model: SequenceModel, src: Tensor, beam_size: int = 4, alpha: fl
         bound = scores.amax(-1) / length_penalty(limit.float(), alpha)  # best any live hypothesis could reach
         done = (best_done >= bound) | (t + 1 >= limit)
         if early_exit:  # or once the step's best extension ends (it just joined `finished`) and n_best have
-            enough = torch.tensor([len(finished[b]) >= n_best for b in alive.tolist()], device=src.device)
-            done |= ends[:, 0] if n_best == 1 else ends[:, 0] & enough
+            done |= ends[:, 0] if n_best == 1 else ends[:, 0] & torch.tensor(
+                [len(finished[b]) >= n_best for b in alive.tolist()], device=src.device)
         if done.all():
             break
         if done.any():                                      # finished sentences leave the batch

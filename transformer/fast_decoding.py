@@ -132,7 +132,7 @@ class PackedProjection(nn.Module):
 @torch.inference_mode()
 def faster_projection(linear: nn.Module, rows: int = PROJECTION_PROBE_ROWS, min_speedup: float = 1.1,
                       pack: bool | None = None) -> tuple[nn.Module, dict]:
-    "`linear`, or its `PackedProjection` if `pack`, or (None) where that runs `min_speedup` times as fast here."
+    "`linear` or its `PackedProjection`, as `pack` says or (None) by timing both here; and why, with the timings."
     plain = type(linear) is nn.Linear and not (linear._forward_hooks or linear._forward_pre_hooks)
     if not plain or linear.bias is not None or linear.weight.dtype != torch.float32 or linear.weight.is_cuda:
         return linear, {"packed": False, "reason": "packing is for a float32 nn.Linear, no bias or hooks, on a CPU"}
