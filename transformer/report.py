@@ -224,7 +224,8 @@ def recipe_row(folder: str | Path) -> dict:
     curve = curve_summary(metrics)
     scores = summary.get("sacrebleu") or {"test2016": summary["test2016_sacrebleu"]}
     return {"recipe": folder.name, "dropout": run["model"].get("dropout", 0.1),
-            "ε_ls": run["train"]["label_smoothing"], "cooldown": run["train"].get("cooldown", 0.0),
+            "ε_ls": run["train"]["label_smoothing"], "warmup": run["train"]["warmup"],
+            "lr factor": run["train"].get("lr_factor", 1.0), "cooldown": run["train"].get("cooldown", 0.0),
             "precision": precision_of(run.get("precision", {})),
             "tokens/s": summary["tokens_per_s"], "steps": summary["train_steps"],
             "epochs": round(summary["epochs"], 1),
