@@ -23,7 +23,7 @@ from tokenizers import Tokenizer
 from .checkpoint import write_json
 from .decoding import translate_ids
 from .hardware import machine_description, precision_of
-from .model import PRESETS, Transformer, TransformerConfig, record_attention
+from .model import Transformer, TransformerConfig, record_attention
 from .model_folder import ModelFolder, check_replaceable, replace_folder
 from .run import git_commit
 from .scoring import DECODING_FILE
@@ -223,9 +223,9 @@ def recipe_row(folder: str | Path) -> dict:
     metrics = read_metrics(folder / "metrics.csv")
     curve = curve_summary(metrics)
     scores = summary.get("sacrebleu") or {"test2016": summary["test2016_sacrebleu"]}
-    width = run["model"].get("d_model", PRESETS[run["preset"]].get("d_model", TransformerConfig.d_model))
-    return {"recipe": folder.name, "d_model": width, "parameters": summary["parameters"],
-            "dropout": run["model"].get("dropout", 0.1),
+    model = TransformerConfig.preset(run["preset"], **run["model"])  # the preset with the run's own settings
+    return {"recipe": folder.name, "d_model": model.d_model, "parameters": summary["parameters"],
+            "dropout": model.dropout,
             "ε_ls": run["train"]["label_smoothing"], "warmup": run["train"]["warmup"],
             "lr factor": run["train"].get("lr_factor", 1.0), "cooldown": run["train"].get("cooldown", 0.0),
             "precision": precision_of(run.get("precision", {})),
