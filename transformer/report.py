@@ -224,8 +224,8 @@ def recipe_row(folder: str | Path) -> dict:
     curve = curve_summary(metrics)
     scores = summary.get("sacrebleu") or {"test2016": summary["test2016_sacrebleu"]}
     model = TransformerConfig.preset(run["preset"], **run["model"])  # the preset with the run's own settings
-    return {"recipe": folder.name, "d_model": model.d_model, "parameters": summary["parameters"],
-            "dropout": model.dropout,
+    return {"recipe": folder.name, "d_model": model.d_model, "d_ff": model.d_ff, "vocab": run["data"]["vocab_size"],
+            "parameters": summary["parameters"], "dropout": model.dropout,
             "ε_ls": run["train"]["label_smoothing"], "warmup": run["train"]["warmup"],
             "lr factor": run["train"].get("lr_factor", 1.0), "cooldown": run["train"].get("cooldown", 0.0),
             "precision": precision_of(run.get("precision", {})),
