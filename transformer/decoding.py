@@ -292,9 +292,9 @@ def translate_ids(model: SequenceModel, sentences: Sequence[Sequence[int]], beam
 
 # %% ../nbs/05_decoding.ipynb #1da79fdc
 def dynamic_int8(model: Transformer) -> Transformer:
-    "A copy of `model` for CPU decoding whose linear layers (but the stacked Q/K/V projection) compute in int8."
-    names = {name for name, m in model.named_modules()
-             if isinstance(m, torch.nn.Linear) and not name.endswith("in_proj")}
+    "A copy of `model` for CPU decoding whose linear layers (but cross-attention's stacked Q/K/V) compute in int8."
+    names = {name for name, m in model.named_modules()  # cross-attention slices its stacked weight: it stays float32
+             if isinstance(m, torch.nn.Linear) and not name.endswith("cross_attn.in_proj")}
     with warnings.catch_warnings():  # the eager API's deprecation notices, at every call
         warnings.simplefilter("ignore", DeprecationWarning)
         warnings.filterwarnings("ignore", message=".*quantize_per_tensor.*")
