@@ -1,4 +1,7 @@
-"""Shared fixtures: tiny deterministic models, padded token batches, and a switch for torch's MHA fast path."""
+"""Shared fixtures: tiny deterministic models, padded token batches, the Multi30k folder, MHA's fast-path switch."""
+
+import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -12,6 +15,8 @@ torch.set_num_threads(1)
 VOCAB = 50
 PAD, BOS, EOS = 0, 1, 2
 D_MODEL, N_HEADS = 32, 4
+MULTI30K = Path(os.environ.get("MULTI30K_DIR") or Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k")
+needs_multi30k = pytest.mark.skipif(not MULTI30K.is_dir(), reason="needs the Multi30k files (MULTI30K_DIR)")
 
 
 def make_config(**overrides) -> TransformerConfig:

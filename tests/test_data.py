@@ -1,21 +1,18 @@
 """Multi30k files (download, checksum, cache, local folder, clear errors) and the shared BPE vocabulary."""
 
 import gzip
-import os
 import re
 import shutil
 import urllib.request
-from pathlib import Path
 
 import pytest
 
+from conftest import MULTI30K as DATA, needs_multi30k as needs_data
 from transformer import data
 from transformer.data import (DataError, check_tokenizer, encode_pairs, load_split, multi30k_file, read_lines,
                               sha256, train_bpe)
 from transformer.model import TransformerConfig
 
-DATA = Path(os.environ.get("MULTI30K_DIR") or Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k")
-needs_data = pytest.mark.skipif(not DATA.is_dir(), reason="needs the Multi30k files")
 
 
 @pytest.fixture
