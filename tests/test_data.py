@@ -14,7 +14,6 @@ from transformer.data import (DataError, check_tokenizer, encode_pairs, load_spl
 from transformer.model import TransformerConfig
 
 
-
 @pytest.fixture
 def no_data_dir(monkeypatch, tmp_path):
     "No MULTI30K_DIR, and an empty cache in a temporary XDG_CACHE_HOME."
