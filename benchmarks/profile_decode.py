@@ -1,9 +1,10 @@
 """Where decoding's time goes: PyTorch's profiler over our decoder translating test2016 sources with the trained
-model (greedy and beam 4, float32, in the batches `decode_engines.py` times), each operator's own time summed by
+model (greedy and beam 4, in the batches `decode_engines.py` times), each operator's own time summed by
 where it ran (the encoder, the decoder's layers, the output projection, or the search around them: log-softmax,
 top-k, reordering) and by kind, beside the time no operator accounts for (Python and dispatch).
 
-    OMP_NUM_THREADS=2 python benchmarks/profile_decode.py        # .../profile_decode-cpu.json
+    OMP_NUM_THREADS=2 python benchmarks/profile_decode.py          # float32: .../profile_decode-cpu.json
+    OMP_NUM_THREADS=2 python benchmarks/profile_decode.py --int8   # dynamic int8: .../profile_decode-int8-cpu.json
 
 A decoding step on a batch of 64 is small: its matrix products are (64·k × 256) by (256 × 768, 256 or 1,024, or the
 8,000-token output projection), so launching an operator can cost as much as its arithmetic. The file therefore
@@ -24,6 +25,7 @@ from torch.profiler import ProfilerActivity, profile, record_function
 from common import repeated, write_result
 from decode_engines import PUBLISHED, ROOT, batches_of, ours
 from transformer.data import load_split, sha256
+from transformer.decoding import dynamic_int8
 from transformer.hub import model_folder
 from transformer.run import load_average
 from transformer.translation import load_translator
@@ -36,7 +38,8 @@ VIEWS = {"aten::view", "aten::transpose", "aten::reshape", "aten::as_strided", "
          "aten::permute", "aten::unsqueeze", "aten::squeeze", "aten::narrow", "aten::detach", "aten::alias",
          "aten::_unsafe_view", "aten::unbind", "aten::lift_fresh", "aten::linear"}  # linear: its addmm does the work
 KINDS = [  # operator name → kind: the first rule whose pattern the name contains
-    ("matrix products", ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul")),
+    ("matrix products", ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul",
+                         "quantized::linear_dynamic")),  # int8: quantises its input and multiplies, in one operator
     ("attention and log-softmax (softmax, masks)", ("softmax", "nan_to_num", "masked_fill", "scaled_dot_product",
                                                     "flash_attention")),
     ("layer norm", ("layer_norm",)),
@@ -126,6 +129,7 @@ def main() -> None:
     parser.add_argument("--beam", type=int, default=4, help="the beam search's size (greedy is profiled too)")
     parser.add_argument("--alpha", type=float, default=0.6)
     parser.add_argument("--rounds", type=int, default=3, help="unprofiled passes, for the wall time (median)")
+    parser.add_argument("--int8", action="store_true", help="profile the model with dynamic int8 linear layers")
     args = parser.parse_args()
     if args.rounds < 3:
         parser.error("--rounds must be at least 3: the wall time needs a median and a spread")
@@ -134,6 +138,8 @@ def main() -> None:
     load_before = load_average()
     folder = model_folder(args.model)
     model, tokenizer = load_translator(folder)
+    if args.int8:
+        model = dynamic_int8(model)  # as decode_engines.py times it
     test = [e.ids for e in tokenizer.encode_batch([s for s, _ in load_split("test2016")[: args.sentences]])]
     _, batches = batches_of(test, args.batch_size)
     steps = [0]  # decoding steps: each one calls the output projection once, greedy or beam
@@ -158,7 +164,8 @@ def main() -> None:
     path = write_result("profile_decode", {
         "model": named, "model_sha256": sha256(folder / "model.safetensors"), "sentences": len(test),
         "batch_size": args.batch_size, "beam": args.beam, "alpha": args.alpha, "load_averages": load,
-        "repeats": args.rounds, "searches": searches})
+        "weights": "int8" if args.int8 else "float32", "repeats": args.rounds, "searches": searches},
+        tag="int8" if args.int8 else "")
     print(f"wrote {path}")
 
 

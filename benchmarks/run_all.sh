@@ -23,6 +23,7 @@ run python benchmarks/attention_paths.py
 run python benchmarks/decode_throughput.py
 OMP_NUM_THREADS=2 run python benchmarks/decode_engines.py
 OMP_NUM_THREADS=2 run python benchmarks/profile_decode.py
+OMP_NUM_THREADS=2 run python benchmarks/profile_decode.py --int8  # where int8's time goes
 run python benchmarks/memory.py
 run python benchmarks/ddp_scaling.py
 echo "== done ($(date -u +%H:%M:%S)): run $BENCH_RUN"
