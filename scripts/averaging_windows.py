@@ -2,7 +2,7 @@
 the lowest validation loss. Each average is scored by val BLEU with the run's own decoding; no test set is read.
 
 A run that keeps a checkpoint every epoch (`transformer train`) and whose validation loss is lowest well before the
-end (chapter 9: near epoch 20 of 33) may average better from that minimum on than over its last five epochs. A run
+end (chapter 9a: near epoch 20 of 33) may average better from that minimum on than over its last five epochs. A run
 that trains few epochs (14 on an AVX2-only CPU) reaches back before its cooldown with five: the checkpoints written
 in the cooldown are a window of their own.
 

@@ -13,7 +13,7 @@ PATH_LIMIT = 2500  # lines of code the pages show from the introduction up to an
 PARTS = {  # the parts of _toc.yml, in order, with the chapters of each that the order tests name
     "The paper": ["01_attention", "02_layers", "03_model", "03b_why_self_attention", "04_training", "05_decoding",
                   "06_copy_task"],
-    "The full run": ["09_multi30k"],
+    "The full run": ["09_multi30k", "09a_recipes_and_rivals"],
     "The rest of the paper": ["09b_model_variations", "09c_treebank", "09c_parsing", "09d_conclusion"],
     "Beyond the paper": ["09e_decoder_only"],
     "The machinery of a real run": ["04a_hardware", "04b_checkpoints", "04b_model_folders", "04c_data_parallel",
