@@ -160,10 +160,39 @@ def test_report_has_the_fields_the_chapter_reads():
     averaged = report.peer_record(training, grid[::-1], scores, "", "", "", "", 900_000, ["a.pt", "b.pt"])
     assert averaged["checkpoint"] == "the average of its last 2 checkpoints" and averaged["beam_size"] == 4
     for key in ("toolkit", "version", "train_minutes", "steps", "epochs", "tokens_per_s", "test2016_sacrebleu",
-                "command", "commit", "machine", "validation_curve", "sacrebleu_signature"):
+                "command", "commit", "machine", "validation_curve", "val_bleu_curve", "sacrebleu_signature"):
         assert key in record, key
     assert record["sacrebleu"] == scores and record["test2016_sacrebleu"] == 41.0
     assert (record["beam_size"], record["alpha"]) == (6, 1.2) and record["epochs"] == 16.0
+
+
+def test_a_bleu_curve_puts_each_checkpoint_at_its_training_minutes(tmp_path):
+    """Each kept checkpoint's greedy val translation is scored with our BLEU at the minutes of its validation point
+    (the last one at the end of training); a checkpoint written where the run did not validate is refused."""
+    tokenizer = train_bpe(SENTENCES, vocab_size=300)
+    (tmp_path / "data").mkdir()
+    tokenizer.save(str(tmp_path / "data" / "tokenizer.json"))
+    references = ["Two young men play football.", "A dog runs in the snow!"]
+    (tmp_path / "data" / "val.raw.en").write_text("".join(r + "\n" for r in references))
+    (folder := tmp_path / "hyp" / "curve").mkdir(parents=True)
+    for step, lines in {250: ["A dog.", "Men."], 500: ["Two men play.", "A dog runs."], 620: references}.items():
+        (folder / budget.curve_name(step)).write_text("".join(line + "\n" for line in
+                                                            prepare.token_lines(tokenizer, lines)))
+    training = {"steps": 620, "train_minutes": 7.5,
+                "curve": [{"step": 251, "train_minutes": 3.0}, {"step": 501, "train_minutes": 6.0}]}  # OpenNMT-py's
+    curve = report.bleu_curve(tmp_path, training)
+    assert [(p["step"], p["train_minutes"]) for p in curve] == [(250, 3.0), (500, 6.0), (620, 7.5)]
+    assert curve[0]["val_bleu"] < curve[1]["val_bleu"] < curve[2]["val_bleu"] == 100.0
+    (folder / budget.curve_name(300)).write_text((folder / budget.curve_name(250)).read_text())
+    with pytest.raises(SystemExit, match=r"updates \[300\]"):
+        report.bleu_curve(tmp_path, training)
+
+
+def test_an_average_of_the_last_checkpoints_takes_the_newest():
+    kept = [Path(f"model_step_{step}.pt") for step in (250, 500, 750)]
+    assert budget.last_of(kept, 2) == kept[1:] and budget.last_of(kept, 0) == kept
+    with pytest.raises(SystemExit, match="--last"):
+        budget.last_of(kept, -1)
 
 
 def test_an_epoch_counts_both_sides_with_one_end_symbol_each(tmp_path):

@@ -131,6 +131,9 @@ def runner_arguments(description: str) -> argparse.Namespace:
                           help="the checkpoint the recipe translates, or the average that `average` wrote")
     averaging = commands.add_parser("average", help="average the checkpoints the run kept (OUT/averaged.json)")
     averaging.add_argument("--out", type=Path, required=True)
+    averaging.add_argument("--last", type=int, default=0, help="average only the last N kept (default: all)")
+    curve = commands.add_parser("curve", help="translate val greedily with every kept checkpoint (OUT/hyp/curve)")
+    curve.add_argument("--out", type=Path, required=True)
     return parser.parse_args()
 
 
@@ -146,6 +149,18 @@ def hypothesis_name(split: str, beam: int, alpha: float, length_penalty: str = "
         raise ValueError(f"checkpoint is one of {CHECKPOINTS}, got {checkpoint!r}")
     penalty = "avg" if length_penalty == "avg" else f"a{alpha:g}"
     return ("averaged." if checkpoint == "averaged" else "") + f"{split}.b{beam}.{penalty}.tok"
+
+
+def last_of(paths: list[Path], last: int) -> list[Path]:
+    "The last `last` of `paths` (oldest first), or all of them when `last` is 0."
+    if last < 0:
+        raise SystemExit(f"--last takes a number of checkpoints (0: all), got {last}")
+    return paths[-last:] if last else paths
+
+
+def curve_name(step: int) -> str:
+    "The file, under OUT/hyp/curve, of val translated greedily by the checkpoint written at update `step`."
+    return f"val.step{step}.b1.tok"
 
 
 def averaged_weights(states: list[dict]) -> dict:

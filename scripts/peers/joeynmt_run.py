@@ -21,7 +21,7 @@ from joeynmt.helpers import make_model_dir
 from joeynmt.helpers_for_ddp import get_logger
 from joeynmt.training import TrainManager, train
 
-from budget import (Budget, apply_settings, architecture, averaged_weights, fill_config, hypothesis_name,
+from budget import (Budget, apply_settings, architecture, averaged_weights, fill_config, hypothesis_name, last_of,
                     runner_arguments, save_average)
 
 
@@ -118,7 +118,7 @@ def averaged_checkpoint(paths: list[Path]) -> dict:
 
 def run_averaging(args: argparse.Namespace) -> None:
     "Average the kept checkpoints' weights; OUT/averaged.json says which."
-    save_average(args.out, kept_checkpoints(args.out), averaged_checkpoint, "averaged.ckpt",
+    save_average(args.out, last_of(kept_checkpoints(args.out), args.last), averaged_checkpoint, "averaged.ckpt",
                  "set training.keep_best_ckpts")
 
 

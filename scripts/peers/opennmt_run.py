@@ -3,7 +3,8 @@ virtual environment (scripts/peers/run.sh makes it).
 
     python opennmt_run.py train --config opennmt.yaml --data DATA --out OUT --minutes 60
     python opennmt_run.py decode --out OUT --splits val --beams 4 6 --alphas 0.6 1.0 [--checkpoint averaged]
-    python opennmt_run.py average --out OUT      # the kept checkpoints' average, with OpenNMT-py's average_models
+    python opennmt_run.py average --out OUT [--last 5]  # the kept checkpoints' average (OpenNMT-py's average_models)
+    python opennmt_run.py curve --out OUT        # val translated greedily by every kept checkpoint, for the BLEU curve
 """
 import argparse
 import json
@@ -22,7 +23,8 @@ from onmt.models.model_saver import ModelSaver  # noqa: E402
 from onmt.trainer import Trainer  # noqa: E402
 
 from budget import (  # noqa: E402
-    Budget, apply_settings, architecture, fill_config, hypothesis_name, runner_arguments, save_average)
+    Budget, apply_settings, architecture, curve_name, fill_config, hypothesis_name, last_of, runner_arguments,
+    save_average)
 
 
 def instrument(budget: Budget) -> list:
@@ -98,8 +100,9 @@ def kept_checkpoints(out: Path) -> list[Path]:
 
 def run_averaging(args: argparse.Namespace) -> None:
     "Average the kept checkpoints with OpenNMT-py's own `average_models`; OUT/averaged.json says which."
-    save_average(args.out, kept_checkpoints(args.out), lambda paths: average_models([str(p) for p in paths]),
-                 "averaged.pt", "set keep_checkpoint and save_checkpoint_steps")
+    save_average(args.out, last_of(kept_checkpoints(args.out), args.last),
+                 lambda paths: average_models([str(p) for p in paths]), "averaged.pt",
+                 "set keep_checkpoint and save_checkpoint_steps")
 
 
 def decoded_checkpoint(out: Path, checkpoint: str) -> str:
@@ -111,23 +114,42 @@ def decoded_checkpoint(out: Path, checkpoint: str) -> str:
     return str(out / "model" / Path(json.loads((out / "averaged.json").read_text())["checkpoint"]).name)
 
 
+def translate(model: str, source: Path, output: Path, beam: int, length_penalty: str = "none",
+              alpha: float = 0.0) -> None:
+    "Translate the token lines of `source` into `output` with OpenNMT-py's own beam search."
+    subprocess.run([sys.executable, "-m", "onmt.bin.translate", "-model", model, "-src", str(source), "-output",
+                    str(output), "-beam_size", str(beam), "-length_penalty", length_penalty, "-alpha", str(alpha),
+                    "-batch_type", "tokens", "-batch_size", "2048"], check=True)
+    print(f"wrote {output}", file=sys.stderr)
+
+
+def data_folder(out: Path) -> Path:
+    "The folder of the run's token files (where its config found the vocabulary)."
+    return Path(yaml.safe_load((out / "config.yaml").read_text())["src_vocab"]).parent
+
+
 def run_decoding(args: argparse.Namespace) -> None:
     "Translate each split with each beam size and α; token hypotheses go to OUT/hyp (`hypothesis_name`)."
     model = decoded_checkpoint(args.out, args.checkpoint)
-    data = Path(yaml.safe_load((args.out / "config.yaml").read_text())["src_vocab"]).parent
+    data = data_folder(args.out)
     (args.out / "hyp").mkdir(exist_ok=True)
     alphas = args.alphas if args.length_penalty == "wu" else args.alphas[:1]  # avg has no α
     for split in args.splits:
         for beam in args.beams:
             for alpha in alphas:
                 path = args.out / "hyp" / hypothesis_name(split, beam, alpha, args.length_penalty, args.checkpoint)
-                subprocess.run([sys.executable, "-m", "onmt.bin.translate", "-model", model,
-                                "-src", str(data / f"{split}.de"), "-output", str(path), "-beam_size", str(beam),
-                                "-length_penalty", args.length_penalty, "-alpha", str(alpha), "-batch_type",
-                                "tokens", "-batch_size", "2048"], check=True)
-                print(f"wrote {path}", file=sys.stderr)
+                translate(model, data / f"{split}.de", path, beam, args.length_penalty, alpha)
+
+
+def run_curve(args: argparse.Namespace) -> None:
+    "Translate val greedily (beam 1, as our run's validation BLEU) with every kept checkpoint, into OUT/hyp/curve."
+    (folder := args.out / "hyp" / "curve").mkdir(parents=True, exist_ok=True)
+    for checkpoint in kept_checkpoints(args.out):
+        step = int(checkpoint.stem.rsplit("_", 1)[1])
+        translate(str(checkpoint), data_folder(args.out) / "val.de", folder / curve_name(step), beam=1)
 
 
 if __name__ == "__main__":
     parsed_args = runner_arguments(__doc__.splitlines()[0])
-    {"train": run_training, "decode": run_decoding, "average": run_averaging}[parsed_args.command](parsed_args)
+    {"train": run_training, "decode": run_decoding, "average": run_averaging,
+     "curve": run_curve}[parsed_args.command](parsed_args)

@@ -19,7 +19,7 @@ from pathlib import Path
 from tokenizers import Tokenizer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from budget import CHECKPOINTS, hypothesis_name  # noqa: E402  (the launchers' own file names)
+from budget import CHECKPOINTS, curve_name, hypothesis_name  # noqa: E402  (the launchers' own file names)
 
 from transformer.data import read_tokenizer  # noqa: E402
 from transformer.hardware import machine_description  # noqa: E402
@@ -51,16 +51,36 @@ def setting_text(beam: int, alpha: float | None, length_penalty: str = "wu", che
 def score(out: Path, split: str, beam: int, alpha: float | None, length_penalty: str = "wu",
           checkpoint: str = "recipe") -> tuple[float, str]:
     "sacreBLEU of the toolkit's translation of `split` against the raw references, and the signature."
-    data, path = out / "data", hypothesis_file(out, split, beam, alpha, length_penalty, checkpoint)
+    path = hypothesis_file(out, split, beam, alpha, length_penalty, checkpoint)
     if not path.is_file():
         raise SystemExit(f"no translation of {split} with {setting_text(beam, alpha, length_penalty, checkpoint)}: "
                          f"{path} is missing")
+    return scored_file(out, split, path)
+
+
+def scored_file(out: Path, split: str, path: Path) -> tuple[float, str]:
+    "sacreBLEU of the token lines in `path`, a translation of `split`, against the raw references, and the signature."
+    data = out / "data"
     hypotheses = detokenize(path.read_text("utf-8").splitlines(), read_tokenizer(data / "tokenizer.json"))
     references = (data / f"{split}.raw.en").read_text("utf-8").splitlines()
     if len(hypotheses) != len(references):
         raise SystemExit(f"{path} has {len(hypotheses)} lines but {split} has {len(references)} references")
     value, _, signature = bleu(hypotheses, references)
     return round(value, 2), signature
+
+
+def bleu_curve(out: Path, training: dict) -> list[dict]:
+    """Greedy val BLEU of every checkpoint that `curve` translated, at the training minutes it was written: the
+    validation point of its update (OpenNMT-py numbers that point with the next update: 251 after 250), or the end of
+    training for the last one."""
+    minutes = {point["step"] - 1: point["train_minutes"] for point in training["curve"]}
+    minutes[training["steps"]] = training["train_minutes"]
+    steps = sorted(int(path.name.split(".")[1].removeprefix("step")) for path in (out / "hyp" / "curve").glob("*.tok"))
+    if missing := [step for step in steps if step not in minutes]:
+        raise SystemExit(f"checkpoints of updates {missing} were written where no validation was: save them where the "
+                         "run validates (save_checkpoint_steps a multiple of valid_steps)")
+    return [{"step": step, "train_minutes": minutes[step],
+             "val_bleu": scored_file(out, "val", out / "hyp" / "curve" / curve_name(step))[0]} for step in steps]
 
 
 def parse_also(text: str) -> tuple[int, float | None, str]:
@@ -107,7 +127,8 @@ def seed_setting(settings: list[str]) -> int | None:
 
 
 def peer_record(training: dict, grid: list[dict], scores: dict[str, float], signature: str, command: str,
-                commit: str, machine: str, tokens_per_epoch: int, averaged: list[str] = ()) -> dict:
+                commit: str, machine: str, tokens_per_epoch: int, averaged: list[str] = (),
+                val_bleu_curve: list[dict] = ()) -> dict:
     "The report of one peer run, with the fields of ours that a side-by-side table and chart need."
     best = grid[0]
     checkpoint = (f"the average of its last {len(averaged)} checkpoints" if best["checkpoint"] == "averaged"
@@ -123,7 +144,8 @@ def peer_record(training: dict, grid: list[dict], scores: dict[str, float], sign
             "averaged_checkpoints": list(averaged),
             "train_loss_first_10": training["train_loss_first_10"],
             "train_loss_last_10": training["train_loss_last_10"],
-            "validation_curve": training["curve"], "architecture": training.get("architecture", "transformer"),
+            "validation_curve": training["curve"], "val_bleu_curve": list(val_bleu_curve),
+            "architecture": training.get("architecture", "transformer"),
             "settings": training.get("settings", []), "load_average": training.get("load_average"),
             "profile": training.get("profile"), "command": command, "commit": commit, "machine": machine}
 
@@ -255,9 +277,10 @@ def main() -> None:
     training = json.loads((args.out / "training.json").read_text())
     averaged = (json.loads((args.out / "averaged.json").read_text())["averaged"]
                 if "averaged" in args.checkpoints else [])
+    curve = bleu_curve(args.out, training) if (args.out / "hyp" / "curve").is_dir() else []
     record = peer_record(training, grid, {split: value for split, (value, _) in results.items()}, signature,
                          args.run_command, git_commit(), machine_description(), epoch_tokens(args.out / "data"),
-                         averaged)
+                         averaged, curve)
     write_json(args.report, record)
     print(f"{record['toolkit']} {record['version']}: {scores_line(record)} → {args.report}")
 

@@ -15,7 +15,9 @@
 # runs/peers/TOOLKIT), PEER_REPORT (default results/peers/TOOLKIT/recipe.json; needed with PEER_SET or PEER_RECIPE),
 # PEER_VENV (the toolkit's own virtual environment, default ../venvs/TOOLKIT beside the checkout; made on first use),
 # PEER_RECIPE (default scripts/peers/TOOLKIT.yaml; scripts/peers/opennmt-rnn.yaml is OpenNMT-py's recurrent model),
-# PEER_SET (changes to the recipe, "KEY=VALUE …": a screen's winner, a seed), PEER_BEAMS and PEER_ALPHAS (the decoding
+# PEER_SET (changes to the recipe, "KEY=VALUE …": a screen's winner, a seed), PEER_AVERAGE_LAST (average only the
+# last N kept checkpoints, default all), PEER_CURVE=1 (OpenNMT-py: translate val greedily with every kept checkpoint,
+# for the report's val_bleu_curve; keep them all with keep_checkpoint=-1), PEER_BEAMS and PEER_ALPHAS (the decoding
 # grid tuned on val, default ours: 4 6 and 0.6 … 1.6), PEER_VALID_EVERY (validate every N updates instead of the
 # recipe's 250) and PEER_EVAL_LINES (validate, tune and test on the first N pairs of each set only): the last two for
 # smoke tests; PEER_EVALUATE_ONLY=1 skips training and evaluates (decodes everything again) the run in PEER_OUT that
@@ -42,6 +44,10 @@ VENV=${PEER_VENV:-../venvs/$TOOLKIT}
 read -r -a BEAMS <<< "${PEER_BEAMS:-4 6}"
 read -r -a ALPHAS <<< "${PEER_ALPHAS:-0.6 0.8 1.0 1.2 1.4 1.6}"
 read -r -a SETTINGS_CHANGED <<< "${PEER_SET:-}"  # KEY=VALUE changes to the recipe: a screen's winner, a seed
+if [ -n "${PEER_CURVE:-}" ] && [ "$TOOLKIT" != opennmt ]; then
+  echo "PEER_CURVE: only the OpenNMT-py launcher translates every kept checkpoint" >&2
+  exit 2
+fi
 if [ -n "${PEER_EVALUATE_ONLY:-}" ] && [ ! -f "$OUT/training.json" ]; then
   echo "PEER_EVALUATE_ONLY: $OUT holds no trained run (no training.json); run without it to train" >&2
   exit 2
@@ -63,10 +69,13 @@ else
   "${RUNNER[@]}" train --config "$RECIPE" --data "$OUT/data" --out "$OUT" --minutes "$MINUTES" \
     ${PEER_VALID_EVERY:+--valid-every "$PEER_VALID_EVERY"} --set "${SETTINGS_CHANGED[@]}"
 fi
+if [ -n "${PEER_CURVE:-}" ]; then  # every kept checkpoint translates val greedily: the BLEU curve
+  "${RUNNER[@]}" curve --out "$OUT"
+fi
 CHECKPOINTS=(recipe)  # and the average of the kept checkpoints where a run kept several (keep_checkpoint)
 KEPT=$(find "$OUT/model" -type f \( -name 'model_step_*.pt' -o -regex '.*/[0-9]+\.ckpt' \) | wc -l)
 if [ "$KEPT" -gt 1 ]; then  # OpenNMT-py's keep_checkpoint, Joey NMT's training.keep_best_ckpts
-  "${RUNNER[@]}" average --out "$OUT"
+  "${RUNNER[@]}" average --out "$OUT" ${PEER_AVERAGE_LAST:+--last "$PEER_AVERAGE_LAST"}
   CHECKPOINTS+=(averaged)
 fi
 case "$TOOLKIT" in  # the toolkit's own default decoding joins the grid
