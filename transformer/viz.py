@@ -143,7 +143,7 @@ def headline_results() -> "pandas.DataFrame":
             ("§6.1 Table 2", "training cost, FLOPs (English→German)", "3.3·10¹⁸ (base), 2.3·10¹⁹ (big)",
              f"{run['train_minutes']:.0f} minutes of a 2-core CPU for the run below; its FLOPs are not counted"),
             ("§1, §6.1", "faster to train than recurrent or convolutional models", "yes (Table 2's cost column)",
-             "not tested here yet: a recurrent model's screen has begun (Recipes and rivals), not its hour"),
+             "not tested here yet: a recurrent model's screen is done (Recipes and rivals), not its hour"),
             ("not in the paper", "Multi30k German→English, test2016 sacreBLEU (60 CPU minutes)", "—",
              f"{min(seeds):.1f}–{max(seeds):.1f} over {len(seeds)} seed(s)" if len(seeds) > 1 else f"{seeds[0]:.1f}"),
             ("§6.2 Table 3", "base row: dev perplexity, dev BLEU (newstest2013)", "4.92, 25.8",
