@@ -163,6 +163,11 @@ def curve_name(step: int) -> str:
     return f"val.step{step}.b1.tok"
 
 
+def curve_step(name: str) -> int:
+    "The update of a `curve_name` file."
+    return int(name.removeprefix("val.step").removesuffix(".b1.tok"))
+
+
 def averaged_weights(states: list[dict]) -> dict:
     "The element-wise mean of several state dicts of one model, each weight in its own dtype (torch imported here)."
     import torch

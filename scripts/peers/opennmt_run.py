@@ -144,9 +144,9 @@ def run_decoding(args: argparse.Namespace) -> None:
 def run_curve(args: argparse.Namespace) -> None:
     "Translate val greedily (beam 1, as our run's validation BLEU) with every kept checkpoint, into OUT/hyp/curve."
     (folder := args.out / "hyp" / "curve").mkdir(parents=True, exist_ok=True)
+    source = data_folder(args.out) / "val.de"
     for checkpoint in kept_checkpoints(args.out):
-        step = int(checkpoint.stem.rsplit("_", 1)[1])
-        translate(str(checkpoint), data_folder(args.out) / "val.de", folder / curve_name(step), beam=1)
+        translate(str(checkpoint), source, folder / curve_name(int(checkpoint.stem.rsplit("_", 1)[1])), beam=1)
 
 
 if __name__ == "__main__":

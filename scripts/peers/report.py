@@ -19,7 +19,7 @@ from pathlib import Path
 from tokenizers import Tokenizer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from budget import CHECKPOINTS, curve_name, hypothesis_name  # noqa: E402  (the launchers' own file names)
+from budget import CHECKPOINTS, curve_name, curve_step, hypothesis_name  # noqa: E402  (the launchers' own file names)
 
 from transformer.data import read_tokenizer  # noqa: E402
 from transformer.hardware import machine_description  # noqa: E402
@@ -75,7 +75,7 @@ def bleu_curve(out: Path, training: dict) -> list[dict]:
     training for the last one."""
     minutes = {point["step"] - 1: point["train_minutes"] for point in training["curve"]}
     minutes[training["steps"]] = training["train_minutes"]
-    steps = sorted(int(path.name.split(".")[1].removeprefix("step")) for path in (out / "hyp" / "curve").glob("*.tok"))
+    steps = sorted(curve_step(path.name) for path in (out / "hyp" / "curve").glob("*.tok"))
     if missing := [step for step in steps if step not in minutes]:
         raise SystemExit(f"checkpoints of updates {missing} were written where no validation was: save them where the "
                          "run validates (save_checkpoint_steps a multiple of valid_steps)")
