@@ -226,6 +226,19 @@ def test_evaluating_a_run_needs_a_trained_one(tmp_path):
     assert done.returncode == 2 and f"{tmp_path} holds no trained run" in done.stderr
 
 
+def test_only_an_evaluation_resumes_and_it_keeps_finished_translations_only(tmp_path):
+    done = subprocess.run(["bash", str(PEERS / "run.sh"), "joeynmt"], capture_output=True, text=True,
+                          env=os.environ | {"PEER_RESUME": "1", "PEER_OUT": str(tmp_path)})  # training: afresh
+    assert done.returncode == 2 and "PEER_EVALUATE_ONLY=1 too" in done.stderr
+    (source := tmp_path / "val.de").write_text("a b\nc\n\nd\n")
+    hypotheses = tmp_path / budget.hypothesis_name("val", 4, 0.6)
+    assert not budget.decoded_already(hypotheses, source)
+    hypotheses.write_text("x\ny\n")  # stopped halfway
+    assert not budget.decoded_already(hypotheses, source)
+    hypotheses.write_text("x\ny\n\nz\n")  # an empty translation is a line too
+    assert budget.decoded_already(hypotheses, source)
+
+
 def test_settings_change_only_what_the_recipe_has():
     cfg = {"training": {"random_seed": 42, "optimizer": "adam"}, "dropout": [0.1]}
     budget.apply_settings(cfg, ["training.random_seed=7", "dropout=[0.2]"])
@@ -259,6 +272,20 @@ def test_an_average_of_checkpoints_is_the_mean_of_each_weight():
         budget.averaged_weights([states[0], {"v": torch.zeros(2), "steps": torch.tensor(1)}])
     with pytest.raises(SystemExit, match="at least 2"):
         budget.averaged_weights(states[:1])
+
+
+def test_a_model_size_counts_a_tied_matrix_once_and_lands_in_the_report(tmp_path):
+    torch = pytest.importorskip("torch")
+    embedding, bias = torch.zeros(10, 4), torch.zeros(10)
+    state = {"encoder.embedding": embedding, "decoder.embedding": embedding, "generator.weight": embedding,
+             "generator.bias": bias, "decoder.layer": torch.zeros(4, 4)}
+    assert budget.distinct_numbers(list(state.values())) == 40 + 10 + 16
+    saved = tmp_path / "model.pt"  # as a checkpoint file holds it: the sharing survives saving and loading
+    torch.save(state, saved)
+    assert budget.distinct_numbers(list(torch.load(saved).values())) == 66
+    (report_file := tmp_path / "seed-1.json").write_text(json.dumps({"seed": 1, "test2016": 40.0}))
+    budget.add_parameters(report_file, 66)
+    assert json.loads(report_file.read_text()) == {"seed": 1, "test2016": 40.0, "parameters": 66}
 
 
 def test_a_toolkit_default_decoding_joins_the_grid_once():
@@ -322,10 +349,13 @@ def test_a_toolkit_report_combines_its_seeds_its_screen_and_its_recipe():
     assert record["variant"] == "batch2k" and [r["variant"] for r in record["search"]] == ["batch2k", "w300"]
     assert record["settings"] == ["batch_size=2048", "keep_checkpoint=5"] and record["averaged_checkpoints"] == 5
     assert record["recipe_run"]["val_bleu_grid"] == 40.4 and record["steps"] == 4402
-    assert [load["seed"] for load in record["load_average"]] == [1, 2]
+    assert [load["seed"] for load in record["load_average"]] == [1, 2] and record["parameters"] is None
+    sized = {path: r | {"parameters": 7_577_600} for path, r in runs.items()}  # `parameters` adds it to each
+    assert report.combined_record(sized, screen)["parameters"] == 7_577_600
     bad = [({"results/b.json": seed_report(2, 41.0, settings=["batch_size=4096", "seed=2"])}, "more than their seed"),
            ({"results/b.json": seed_report(2, 41.0, machine="another CPU")}, "different machines"),
-           ({"results/b.json": seed_report(1, 41.0)}, "same seed")]
+           ({"results/b.json": seed_report(1, 41.0)}, "same seed"),
+           ({"results/b.json": seed_report(2, 41.0, parameters=12_778_008)}, "differ in size")]
     for other, problem in bad:
         with pytest.raises(SystemExit, match=problem):
             report.combined_record({"results/a.json": seed_report(1, 40.0)} | other)

@@ -108,7 +108,7 @@ CHECKPOINTS = ("recipe", "averaged")  # what a run translates: the checkpoint it
 
 
 def runner_arguments(description: str) -> argparse.Namespace:
-    "The launchers' command line: `train` (config, data, output, minutes), `decode` (splits, beams, α), `average`."
+    "The launchers' command line: `train` (config, data, output, minutes), `decode`, `average`, `curve`, the size."
     parser = argparse.ArgumentParser(description=description)
     commands = parser.add_subparsers(dest="command", required=True)
     training = commands.add_parser("train")
@@ -129,12 +129,29 @@ def runner_arguments(description: str) -> argparse.Namespace:
                           help="GNMT's penalty with each α (wu), or OpenNMT-py's default: the mean log-probability")
     decoding.add_argument("--checkpoint", choices=CHECKPOINTS, default="recipe",
                           help="the checkpoint the recipe translates, or the average that `average` wrote")
+    decoding.add_argument("--keep-existing", action="store_true",
+                          help="skip a setting whose hypotheses are complete already: an evaluation resumed")
     averaging = commands.add_parser("average", help="average the checkpoints the run kept (OUT/averaged.json)")
     averaging.add_argument("--out", type=Path, required=True)
     averaging.add_argument("--last", type=int, default=0, help="average only the last N kept (default: all)")
     curve = commands.add_parser("curve", help="translate val greedily with every kept checkpoint (OUT/hyp/curve)")
     curve.add_argument("--out", type=Path, required=True)
+    counting = commands.add_parser("parameters", help="add the trained model's size to the run's report")
+    counting.add_argument("--out", type=Path, required=True)
+    counting.add_argument("--report", type=Path, required=True, help="the run's report (report.py write)")
     return parser.parse_args()
+
+
+def distinct_numbers(tensors: list) -> int:
+    "How many numbers the weights hold, a matrix shared by embeddings and output layer (one storage) counted once."
+    return sum({tensor.untyped_storage().data_ptr(): tensor.numel() for tensor in tensors}.values())
+
+
+def add_parameters(report: Path, parameters: int) -> None:
+    "Record the trained model's parameter count in a run's report, which keeps everything else it says."
+    record = json.loads(report.read_text())
+    report.write_text(json.dumps(record | {"parameters": parameters}, indent=1, ensure_ascii=False) + "\n")
+    print(f"{report}: {parameters:,} parameters", file=sys.stderr)
 
 
 def architecture(encoder_type: str) -> str:
@@ -156,6 +173,12 @@ def last_of(paths: list[Path], last: int) -> list[Path]:
     if last < 0:
         raise SystemExit(f"--last takes a number of checkpoints (0: all), got {last}")
     return paths[-last:] if last else paths
+
+
+def decoded_already(hypotheses: Path, source: Path) -> bool:
+    "Whether `hypotheses` is a finished translation of `source` (one line for each of its lines), not a stopped one."
+    lines = lambda path: len(path.read_text(encoding="utf-8").splitlines())  # noqa: E731
+    return hypotheses.is_file() and lines(hypotheses) == lines(source)
 
 
 def curve_name(step: int) -> str:

@@ -21,8 +21,8 @@ from joeynmt.helpers import make_model_dir
 from joeynmt.helpers_for_ddp import get_logger
 from joeynmt.training import TrainManager, train
 
-from budget import (Budget, apply_settings, architecture, averaged_weights, fill_config, hypothesis_name, last_of,
-                    runner_arguments, save_average)
+from budget import (Budget, apply_settings, architecture, averaged_weights, decoded_already, fill_config,
+                    hypothesis_name, last_of, runner_arguments, save_average)
 
 
 class PlateauWithoutVerbose(ReduceLROnPlateau):
@@ -144,6 +144,8 @@ def run_decoding(args: argparse.Namespace) -> None:
                                      compute_loss=False, normalization="tokens", args=settings,
                                      autocast=parsed.autocast)[2]
                 path = args.out / "hyp" / hypothesis_name(split, beam, alpha, checkpoint=args.checkpoint)
+                if args.keep_existing and decoded_already(path, data / f"{split}.de"):
+                    continue
                 path.write_text("".join(h + "\n" for h in hypotheses), "utf-8")
                 print(f"wrote {path}", file=sys.stderr)
 

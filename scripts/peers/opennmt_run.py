@@ -5,6 +5,7 @@ virtual environment (scripts/peers/run.sh makes it).
     python opennmt_run.py decode --out OUT --splits val --beams 4 6 --alphas 0.6 1.0 [--checkpoint averaged]
     python opennmt_run.py average --out OUT [--last 5]  # the kept checkpoints' average (OpenNMT-py's average_models)
     python opennmt_run.py curve --out OUT        # val translated greedily by every kept checkpoint, for the BLEU curve
+    python opennmt_run.py parameters --out OUT --report REPORT  # the trained model's size, into its report
 """
 import argparse
 import json
@@ -23,8 +24,8 @@ from onmt.models.model_saver import ModelSaver  # noqa: E402
 from onmt.trainer import Trainer  # noqa: E402
 
 from budget import (  # noqa: E402
-    Budget, apply_settings, architecture, curve_name, fill_config, hypothesis_name, last_of, runner_arguments,
-    save_average)
+    Budget, add_parameters, apply_settings, architecture, curve_name, decoded_already, distinct_numbers, fill_config,
+    hypothesis_name, last_of, runner_arguments, save_average)
 
 
 def instrument(budget: Budget) -> list:
@@ -138,6 +139,8 @@ def run_decoding(args: argparse.Namespace) -> None:
         for beam in args.beams:
             for alpha in alphas:
                 path = args.out / "hyp" / hypothesis_name(split, beam, alpha, args.length_penalty, args.checkpoint)
+                if args.keep_existing and decoded_already(path, data / f"{split}.de"):
+                    continue
                 translate(model, data / f"{split}.de", path, beam, args.length_penalty, alpha)
 
 
@@ -149,7 +152,15 @@ def run_curve(args: argparse.Namespace) -> None:
         translate(str(checkpoint), source, folder / curve_name(int(checkpoint.stem.rsplit("_", 1)[1])), beam=1)
 
 
+def run_counting(args: argparse.Namespace) -> None:
+    "Add the trained model's parameter count (its last checkpoint's weights, generator included) to the report."
+    checkpoint = torch.load(decoded_checkpoint(args.out, "recipe"), map_location="cpu", weights_only=False)
+    weights = {**checkpoint["model"], **{f"generator.{k}": v for k, v in checkpoint["generator"].items()}}
+    add_parameters(args.report, distinct_numbers([tensor for name, tensor in weights.items()
+                                                  if not name.endswith(".pe")]))  # a Transformer's position table
+
+
 if __name__ == "__main__":
     parsed_args = runner_arguments(__doc__.splitlines()[0])
     {"train": run_training, "decode": run_decoding, "average": run_averaging,
-     "curve": run_curve}[parsed_args.command](parsed_args)
+     "curve": run_curve, "parameters": run_counting}[parsed_args.command](parsed_args)

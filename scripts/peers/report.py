@@ -184,6 +184,8 @@ def combined_record(runs: dict[str, dict], screen: dict | None = None, recipe_ru
         raise SystemExit("the runs differ in more than their seed: one report is one setting of one toolkit")
     if len({r["machine"] for r in records}) != 1:
         raise SystemExit("the runs were made on different machines: minutes only compare on one")
+    if len({r.get("parameters") for r in records}) != 1:
+        raise SystemExit("the runs' models differ in size: one report is one model")
     if len({r.get("seed") for r in records}) != len(records):
         raise SystemExit("two runs have the same seed")
     variant, search = "the published recipe", []
@@ -198,7 +200,7 @@ def combined_record(runs: dict[str, dict], screen: dict | None = None, recipe_ru
                    "steps": row["steps"]} for row in screen["rows"]]
     sets = list(first["sacrebleu"])
     record = {"toolkit": first["toolkit"], "version": first["version"],
-              "architecture": first.get("architecture", "transformer"),
+              "architecture": first.get("architecture", "transformer"), "parameters": first.get("parameters"),
               "variant": variant, "settings": fixed[0],
               "seeds": [{"seed": r.get("seed"), "report": path, **r["sacrebleu"],
                          "val_bleu": r["tuning"][0]["val_bleu"],

@@ -21,7 +21,7 @@
 # grid tuned on val, default ours: 4 6 and 0.6 … 1.6), PEER_VALID_EVERY (validate every N updates instead of the
 # recipe's 250) and PEER_EVAL_LINES (validate, tune and test on the first N pairs of each set only): the last two for
 # smoke tests; PEER_EVALUATE_ONLY=1 skips training and evaluates (decodes everything again) the run in PEER_OUT that
-# the same command trained. A
+# the same command trained, and with PEER_RESUME=1 also keeps the translations a stopped evaluation finished. A
 # short smoke test that writes nothing into the repository:
 #
 #   PEER_MINUTES=3 PEER_VALID_EVERY=5 PEER_EVAL_LINES=40 PEER_BEAMS=4 PEER_ALPHAS="0.6 1.0" \
@@ -48,6 +48,10 @@ if [ -n "${PEER_CURVE:-}" ] && [ "$TOOLKIT" != opennmt ]; then
   echo "PEER_CURVE: only the OpenNMT-py launcher translates every kept checkpoint" >&2
   exit 2
 fi
+if [ -n "${PEER_RESUME:-}" ] && [ -z "${PEER_EVALUATE_ONLY:-}" ]; then
+  echo "PEER_RESUME resumes an evaluation: set PEER_EVALUATE_ONLY=1 too (training always starts afresh)" >&2
+  exit 2
+fi
 if [ -n "${PEER_EVALUATE_ONLY:-}" ] && [ ! -f "$OUT/training.json" ]; then
   echo "PEER_EVALUATE_ONLY: $OUT holds no trained run (no training.json); run without it to train" >&2
   exit 2
@@ -57,10 +61,11 @@ source scripts/env.sh
 bash scripts/peers/venv.sh "$TOOLKIT" "$VENV"
 
 SETTINGS="PEER_MINUTES=$MINUTES"  # the command, with every setting that differs from the defaults
-for name in $(compgen -v PEER_ | grep -Ev '^PEER_(MINUTES|EVALUATE_ONLY)$' | sort); do
+for name in $(compgen -v PEER_ | grep -Ev '^PEER_(MINUTES|EVALUATE_ONLY|RESUME)$' | sort); do
   SETTINGS+=" $name=$(printf %q "${!name}")"
 done
 RUNNER=("$VENV/bin/python" -W ignore "scripts/peers/${TOOLKIT}_run.py")
+KEEP=(${PEER_RESUME:+--keep-existing})  # decode: skip what a stopped evaluation finished
 RECIPE=${PEER_RECIPE:-scripts/peers/$TOOLKIT.yaml}
 if [ -n "${PEER_EVALUATE_ONLY:-}" ]; then  # the run in OUT must be this command's
   python scripts/peers/report.py check-run --out "$OUT" --minutes "$MINUTES" --set "${SETTINGS_CHANGED[@]}"
@@ -84,14 +89,14 @@ case "$TOOLKIT" in  # the toolkit's own default decoding joins the grid
 esac
 for CHECKPOINT in "${CHECKPOINTS[@]}"; do
   "${RUNNER[@]}" decode --out "$OUT" --splits val --beams "${BEAMS[@]}" --alphas "${ALPHAS[@]}" \
-    --checkpoint "$CHECKPOINT"
+    --checkpoint "$CHECKPOINT" "${KEEP[@]}"
   "${RUNNER[@]}" decode --out "$OUT" --splits val --beams "${DEFAULT[0]}" --alphas "${DEFAULT[1]}" \
-    --length-penalty "${DEFAULT[2]}" --checkpoint "$CHECKPOINT"
+    --length-penalty "${DEFAULT[2]}" --checkpoint "$CHECKPOINT" "${KEEP[@]}"
 done
 GRID=(--out "$OUT" --beams "${BEAMS[@]}" --alphas "${ALPHAS[@]}" --checkpoints "${CHECKPOINTS[@]}"
       --also "${DEFAULT[0]}:$([ "${DEFAULT[2]}" = avg ] && echo avg || echo "${DEFAULT[1]}")")
 read -r CHECKPOINT BEAM ALPHA PENALTY < <(python scripts/peers/report.py choose "${GRID[@]}")
 "${RUNNER[@]}" decode --out "$OUT" --splits test2016 test2017 mscoco2017 --beams "$BEAM" --alphas "$ALPHA" \
-  --length-penalty "$PENALTY" --checkpoint "$CHECKPOINT"
+  --length-penalty "$PENALTY" --checkpoint "$CHECKPOINT" "${KEEP[@]}"
 python scripts/peers/report.py write "${GRID[@]}" --report "$REPORT" \
   --command "$SETTINGS bash scripts/peers/run.sh $TOOLKIT"
