@@ -361,6 +361,17 @@ def test_a_toolkit_report_combines_its_seeds_its_screen_and_its_recipe():
             report.combined_record({"results/a.json": seed_report(1, 40.0)} | other)
     with pytest.raises(SystemExit, match="not the screen's best variant, w300"):
         report.combined_record(runs, {"minutes": 30, "rows": screen["rows"][::-1]})
+    added = {"variant": "batch2k-decay", "settings": ["batch_size=2048", "decay_steps=60"], "val_bleu": 35.0,
+             "steps": 2300}  # a row screened after the runs, now the best
+    later = {"minutes": 30, "rows": [added] + screen["rows"]}
+    with pytest.raises(SystemExit, match="not the screen's best variant, batch2k-decay"):
+        report.combined_record(runs, later)
+    ran = report.combined_record(runs, later, variant="batch2k")  # the row they ran, named
+    assert ran["variant"] == "batch2k" and [r["variant"] for r in ran["search"]][:2] == ["batch2k-decay", "batch2k"]
+    with pytest.raises(SystemExit, match="not the screen's variant, w300"):
+        report.combined_record(runs, later, variant="w300")
+    with pytest.raises(SystemExit, match="no variant w600"):
+        report.combined_record(runs, later, variant="w600")
     changed = {path: seed_report(r["seed"], 40.0, settings=r["settings"] + ["dropout=0.3"]) for path, r in runs.items()}
     with pytest.raises(SystemExit, match="not the screen's best variant, batch2k"):  # a change the screen never ran
         report.combined_record(changed, screen)

@@ -173,9 +173,10 @@ def mean_of(values: list[float], digits: int = 2) -> float:
 
 
 def combined_record(runs: dict[str, dict], screen: dict | None = None, recipe_run: tuple[str, dict] | None = None,
-                    command: str = "", commit: str = "") -> dict:
+                    command: str = "", commit: str = "", variant: str | None = None) -> dict:
     """A toolkit's report: its seeds' runs of one setting (`runs`: report path → record), the screen that chose it
-    (search), the recipe's own run it is held against on val, and the seeds' means that the chapter compares."""
+    (search; `variant`: the row they ran, when a row added later beat it), the recipe's own run it is held against on
+    val, and the seeds' means that the chapter compares."""
     records = list(runs.values())
     first = records[0]
     fixed = [sorted(s for s in r.get("settings", []) if seed_setting([s]) is None) for r in records]  # but the seed
@@ -188,12 +189,18 @@ def combined_record(runs: dict[str, dict], screen: dict | None = None, recipe_ru
         raise SystemExit("the runs' models differ in size: one report is one model")
     if len({r.get("seed") for r in records}) != len(records):
         raise SystemExit("two runs have the same seed")
-    variant, search = "the published recipe", []
+    search = []
+    if variant and not screen:
+        raise SystemExit(f"variant {variant} names a row of a screen: give the screen too")
     if screen:
-        best = screen["rows"][0]
+        rows = {row["variant"]: row for row in screen["rows"]}
+        if variant and variant not in rows:
+            raise SystemExit(f"the screen has no variant {variant}: it has {', '.join(rows)}")
+        best = rows[variant] if variant else screen["rows"][0]
         extra = {s for s in fixed[0] if s.partition("=")[0] not in CHECKPOINT_KEEPING} - set(best["settings"])
         if extra or not set(best["settings"]) <= set(fixed[0]):
-            raise SystemExit(f"the runs' settings {fixed[0]} are not the screen's best variant, {best['variant']} "
+            which = "variant" if variant else "best variant"
+            raise SystemExit(f"the runs' settings {fixed[0]} are not the screen's {which}, {best['variant']} "
                              f"({best['settings']})")
         variant = best["variant"]
         search = [{"variant": row["variant"], "val_bleu": row["val_bleu"], "minutes": screen["minutes"],
@@ -201,7 +208,7 @@ def combined_record(runs: dict[str, dict], screen: dict | None = None, recipe_ru
     sets = list(first["sacrebleu"])
     record = {"toolkit": first["toolkit"], "version": first["version"],
               "architecture": first.get("architecture", "transformer"), "parameters": first.get("parameters"),
-              "variant": variant, "settings": fixed[0],
+              "variant": variant or "the published recipe", "settings": fixed[0],
               "seeds": [{"seed": r.get("seed"), "report": path, **r["sacrebleu"],
                          "val_bleu": r["tuning"][0]["val_bleu"],
                          "val_bleu_grid": grid_val_bleu(r), "checkpoint": r["checkpoint"],
@@ -261,6 +268,7 @@ def main() -> None:
     joined.add_argument("--runs", type=Path, nargs="+", required=True, help="the seeds' reports (`write`)")
     joined.add_argument("--screen", type=Path, help="the screen that chose their setting (screen.py)")
     joined.add_argument("--recipe-run", type=Path, help="the report of the recipe's own run, held against on val")
+    joined.add_argument("--variant", help="the screen's row the runs ran, if not its best (a row added later)")
     args = parser.parse_args()
     if args.command == "combine":
         return combine(args)
@@ -299,7 +307,7 @@ def combine(args: argparse.Namespace) -> None:
     recipe_run = (repo_path(args.recipe_run), read_json(args.recipe_run)) if args.recipe_run else None
     command = shlex.join(["python", "scripts/peers/report.py", *sys.argv[1:]])
     record = combined_record(runs, read_json(args.screen) if args.screen else None, recipe_run, command,
-                             git_commit(outputs=[repo_path(args.report)]))
+                             git_commit(outputs=[repo_path(args.report)]), args.variant)
     write_json(args.report, record)
     print(f"{record['toolkit']} {record['version']}, {len(runs)} seed(s), means: {scores_line(record)} → "
           f"{args.report}")
