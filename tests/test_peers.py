@@ -372,6 +372,15 @@ def test_a_toolkit_report_combines_its_seeds_its_screen_and_its_recipe():
         report.combined_record(runs, later, variant="w300")
     with pytest.raises(SystemExit, match="no variant w600"):
         report.combined_record(runs, later, variant="w600")
+    hour = ["batch_size=2048", "start_decay_steps=2173", "decay_steps=133", "keep_checkpoint=5"]  # placed anew
+    decayed = {path: r | {"settings": hour + [f"seed={r['seed']}"]} for path, r in runs.items()}
+    decay_row = {"variant": "decay", "settings": ["batch_size=2048", "start_decay_steps=980", "decay_steps=60"],
+                 "val_bleu": 36.0, "steps": 1349}
+    assert report.combined_record(decayed, {"minutes": 30, "rows": [decay_row]})["settings"] == sorted(hour)
+    no_decay = {"variant": "decay", "settings": ["batch_size=2048", "start_decay_steps=980"], "val_bleu": 36.0,
+                "steps": 1349}  # the hour sets a key the row never did
+    with pytest.raises(SystemExit, match="not the screen's best variant, decay"):
+        report.combined_record(decayed, {"minutes": 30, "rows": [no_decay]})
     changed = {path: seed_report(r["seed"], 40.0, settings=r["settings"] + ["dropout=0.3"]) for path, r in runs.items()}
     with pytest.raises(SystemExit, match="not the screen's best variant, batch2k"):  # a change the screen never ran
         report.combined_record(changed, screen)

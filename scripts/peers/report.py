@@ -165,6 +165,13 @@ def grid_val_bleu(record: dict) -> float:
 
 
 CHECKPOINT_KEEPING = ("save_checkpoint_steps", "keep_checkpoint")  # settings that keep checkpoints, not train
+BUDGET_SCALED = ("start_decay_steps", "decay_steps")  # a schedule placed in updates: set anew for the hour's updates
+
+
+def as_screened(settings: list[str]) -> set[str]:
+    "Settings as a screen row and an hour's run share them: no checkpoint keeping, a schedule's place by key only."
+    kept = [s for s in settings if s.partition("=")[0] not in CHECKPOINT_KEEPING]
+    return {s.partition("=")[0] if s.partition("=")[0] in BUDGET_SCALED else s for s in kept}
 
 
 def mean_of(values: list[float], digits: int = 2) -> float:
@@ -197,8 +204,7 @@ def combined_record(runs: dict[str, dict], screen: dict | None = None, recipe_ru
         if variant and variant not in rows:
             raise SystemExit(f"the screen has no variant {variant}: it has {', '.join(rows)}")
         best = rows[variant] if variant else screen["rows"][0]
-        extra = {s for s in fixed[0] if s.partition("=")[0] not in CHECKPOINT_KEEPING} - set(best["settings"])
-        if extra or not set(best["settings"]) <= set(fixed[0]):
+        if as_screened(fixed[0]) != as_screened(best["settings"]):
             which = "variant" if variant else "best variant"
             raise SystemExit(f"the runs' settings {fixed[0]} are not the screen's {which}, {best['variant']} "
                              f"({best['settings']})")
