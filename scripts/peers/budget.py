@@ -147,10 +147,15 @@ def distinct_numbers(tensors: list) -> int:
     return sum({tensor.untyped_storage().data_ptr(): tensor.numel() for tensor in tensors}.values())
 
 
+def write_json(path: Path, record: dict) -> None:
+    "Write `record` to `path` (folders made), readable and ending in a newline."
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n")
+
+
 def add_parameters(report: Path, parameters: int) -> None:
     "Record the trained model's parameter count in a run's report, which keeps everything else it says."
-    record = json.loads(report.read_text())
-    report.write_text(json.dumps(record | {"parameters": parameters}, indent=1, ensure_ascii=False) + "\n")
+    write_json(report, json.loads(report.read_text()) | {"parameters": parameters})
     print(f"{report}: {parameters:,} parameters", file=sys.stderr)
 
 

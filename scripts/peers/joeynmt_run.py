@@ -139,13 +139,13 @@ def run_decoding(args: argparse.Namespace) -> None:
         model, _, _, split_data = prepare(parsed, rank=0, mode="test")
         for beam in args.beams:
             for alpha in args.alphas:
+                path = args.out / "hyp" / hypothesis_name(split, beam, alpha, checkpoint=args.checkpoint)
+                if args.keep_existing and decoded_already(path, data / f"{split}.de"):
+                    continue
                 settings = parsed.test._replace(beam_size=beam, beam_alpha=alpha)
                 hypotheses = predict(model=model, data=split_data, device=parsed.device, n_gpu=0, rank=0,
                                      compute_loss=False, normalization="tokens", args=settings,
                                      autocast=parsed.autocast)[2]
-                path = args.out / "hyp" / hypothesis_name(split, beam, alpha, checkpoint=args.checkpoint)
-                if args.keep_existing and decoded_already(path, data / f"{split}.de"):
-                    continue
                 path.write_text("".join(h + "\n" for h in hypotheses), "utf-8")
                 print(f"wrote {path}", file=sys.stderr)
 

@@ -19,7 +19,8 @@ from pathlib import Path
 from tokenizers import Tokenizer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from budget import CHECKPOINTS, curve_name, curve_step, hypothesis_name  # noqa: E402  (the launchers' own file names)
+from budget import (  # noqa: E402  (the launchers' own file names and record format)
+    CHECKPOINTS, curve_name, curve_step, hypothesis_name, write_json)
 
 from transformer.data import read_tokenizer  # noqa: E402
 from transformer.hardware import machine_description  # noqa: E402
@@ -322,12 +323,6 @@ def combine(args: argparse.Namespace) -> None:
 def read_json(path: Path) -> dict:
     "A record, read."
     return json.loads(path.read_text())
-
-
-def write_json(path: Path, record: dict) -> None:
-    "Write `record` to `path` (folders made), readable and ending in a newline."
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n")
 
 
 def scores_line(record: dict) -> str:
