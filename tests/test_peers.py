@@ -306,6 +306,27 @@ def test_the_chosen_setting_reaches_the_launcher_as_the_file_it_scores():
                                                  best["length_penalty"], best["checkpoint"]).name
 
 
+def test_a_failed_decoding_stops_the_run_before_the_test_sets(tmp_path):
+    venv, out = tmp_path / "venv", tmp_path / "run"
+    calls = tmp_path / "calls.txt"
+    (venv / "bin").mkdir(parents=True)
+    (venv / ".peer-ready").touch()
+    toolkit = venv / "bin" / "python"  # records each call; decoding the averaged checkpoint fails
+    toolkit.write_text(f'#!/bin/sh\necho "$*" >> {calls}\ncase "$*" in *"--checkpoint averaged"*) exit 1;; esac\n')
+    toolkit.chmod(0o755)
+    (out / "model").mkdir(parents=True)
+    (out / "training.json").write_text(json.dumps({"budget_minutes": 60.0, "settings": []}))
+    for update in (250, 500):  # two kept checkpoints: the recipe's and their average are both decoded
+        (out / "model" / f"{update}.ckpt").touch()
+    done = subprocess.run(["bash", str(PEERS / "run.sh"), "joeynmt"], capture_output=True, text=True,
+                          env=os.environ | {"PEER_EVALUATE_ONLY": "1", "PEER_OUT": str(out), "PEER_VENV": str(venv)})
+    decoded = [line for line in calls.read_text().splitlines() if " decode " in line]
+    side_by_side = len(os.sched_getaffinity(0)) >= 2  # run.sh: a decoder per checkpoint, each waited for
+    assert done.returncode != 0 and ("decoding failed" in done.stderr or not side_by_side)
+    assert any("--checkpoint recipe" in line for line in decoded)  # the other checkpoint was decoded
+    assert not any("test2016" in line for line in decoded)  # no test set is translated with a choice half made
+
+
 def test_a_run_folder_is_evaluated_only_by_the_command_that_trained_it():
     training = {"budget_minutes": 60.0, "settings": ["batch_size=2048", "seed=1"]}
     report.check_run(training, 60.0, ["batch_size=2048", "seed=1"])

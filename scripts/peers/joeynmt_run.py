@@ -11,6 +11,7 @@ from pathlib import Path
 
 import joeynmt
 import joeynmt.builders
+import joeynmt.training
 import torch
 import yaml
 from torch.optim.lr_scheduler import ReduceLROnPlateau
@@ -64,6 +65,11 @@ def instrument(budget: Budget) -> list:
         finally:
             self.model._loss_function = smoothed
 
+    def scored_only(*args, **kwargs):  # val's loss only: its greedy translations (BLEU on tokens) were never used
+        kwargs["args"] = kwargs["args"]._replace(return_prob="ref", return_attention=True)  # Joey: score the refs
+        scores, *_ = predict(*args, **kwargs)
+        return scores, [], [], [], [], []  # no references, translations or attention to log or store
+
     def recorded_report(self, valid_scores, new_best=False):
         budget.validated(self.stats.steps, valid_scores["loss"], valid_ppl=round(valid_scores["ppl"], 4),
                          epoch=self.stats.epochs)
@@ -80,6 +86,7 @@ def instrument(budget: Budget) -> list:
     TrainManager._validate = budget.excluded(unsmoothed_validation)
     TrainManager._save_checkpoint = budget.excluded(TrainManager._save_checkpoint)
     TrainManager._add_report = recorded_report
+    joeynmt.training.predict = scored_only  # what `_validate` calls; the test sets' `test` keeps its own
     return trainers
 
 
