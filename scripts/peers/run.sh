@@ -93,8 +93,8 @@ decode_val() {  # one checkpoint: our grid on val, then the toolkit's default
   "${RUNNER[@]}" decode --out "$OUT" --splits val --beams "${DEFAULT[0]}" --alphas "${DEFAULT[1]}" \
     --length-penalty "${DEFAULT[2]}" --checkpoint "$1" "${KEEP[@]}"
 }
-# Decoding is not timed: on two or more cores the checkpoints decode side by side, a thread each, which a beam
-# search's small matrices use better than one process with every thread
+# Decoding is not timed: on two or more cores the checkpoints decode side by side, a thread each (Joey NMT on the
+# AVX2 EPYC: about 1.2-1.35x the settings an hour of one two-thread decoder, two rough timings, not a benchmark)
 DECODERS=()
 for CHECKPOINT in "${CHECKPOINTS[@]}"; do
   if [ "${#CHECKPOINTS[@]}" -gt 1 ] && [ "$(nproc)" -ge "${#CHECKPOINTS[@]}" ]; then
