@@ -402,6 +402,9 @@ def test_a_toolkit_report_combines_its_seeds_its_screen_and_its_recipe():
                 "steps": 1349}  # the hour sets a key the row never did
     with pytest.raises(SystemExit, match="not the screen's best variant, decay"):
         report.combined_record(decayed, {"minutes": 30, "rows": [no_decay]})
+    joey = {path: r | {"settings": ["batch_size=2048", f"training.random_seed={r['seed']}",
+                                    "training.keep_best_ckpts=5"]} for path, r in runs.items()}  # Joey NMT's keeping
+    assert report.combined_record(joey, screen)["variant"] == "batch2k"
     changed = {path: seed_report(r["seed"], 40.0, settings=r["settings"] + ["dropout=0.3"]) for path, r in runs.items()}
     with pytest.raises(SystemExit, match="not the screen's best variant, batch2k"):  # a change the screen never ran
         report.combined_record(changed, screen)

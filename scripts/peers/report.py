@@ -165,7 +165,8 @@ def grid_val_bleu(record: dict) -> float:
                if row.get("checkpoint", "recipe") == "recipe" and row.get("length_penalty", "wu") == "wu")
 
 
-CHECKPOINT_KEEPING = ("save_checkpoint_steps", "keep_checkpoint")  # settings that keep checkpoints, not train
+CHECKPOINT_KEEPING = ("save_checkpoint_steps", "keep_checkpoint",  # OpenNMT-py's: they keep checkpoints, not train
+                      "training.keep_best_ckpts")  # Joey NMT's
 BUDGET_SCALED = ("start_decay_steps", "decay_steps")  # a schedule placed in updates: set anew for the hour's updates
 
 
