@@ -119,6 +119,20 @@ def test_budget_record_has_the_curve_and_speed(tmp_path):
                                 "valid_loss": 5.12346, "valid_ppl": 167.9}]
 
 
+def test_a_decay_placed_in_minutes_halves_the_rate_by_the_clock():
+    settings = ["encoder_type=brnn", "start_decay_steps=48min", "decay_steps=3min", "seed=1"]
+    kept, place = budget.minute_schedule(settings)
+    assert kept == ["encoder_type=brnn", "seed=1"] and place == {"start_decay_steps": 48.0, "decay_steps": 3.0}
+    in_updates = ["start_decay_steps=980", "decay_steps=60"]  # placed in updates: the toolkit's own, passed on
+    assert budget.minute_schedule(in_updates) == (in_updates, {})
+    factors = [budget.decay_scale(minute, start=48, every=3) for minute in (0, 47.9, 48, 50.9, 51, 59.9)]
+    assert factors == [1, 1, 0.5, 0.5, 0.25, 1 / 16]  # as OpenNMT-py's rule in updates: halved at the start
+    for bad in (["start_decay_steps=48min"], ["start_decay_steps=4x8min", "decay_steps=3min"],
+                ["start_decay_steps=48min", "decay_steps=0min"]):
+        with pytest.raises(SystemExit, match="minutes"):
+            budget.minute_schedule(bad)
+
+
 def test_tuning_chooses_the_best_setting_on_val_with_our_bleu(tmp_path):
     tokenizer = train_bpe(SENTENCES, vocab_size=300)
     (tmp_path / "data").mkdir()

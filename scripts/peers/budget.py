@@ -186,6 +186,34 @@ def decoded_already(hypotheses: Path, source: Path) -> bool:
     return hypotheses.is_file() and lines(hypotheses) == lines(source)
 
 
+MINUTE_PLACED = ("start_decay_steps", "decay_steps")  # OpenNMT-py's exponential decay, placeable by the clock
+
+
+def minute_schedule(settings: list[str]) -> tuple[list[str], dict[str, float]]:
+    """`settings` less a decay placed in training minutes, and that place ({} if none). `start_decay_steps=48.08min
+    decay_steps=2.94min` places OpenNMT-py's halvings by the budget's clock, as our cooldown is placed, not by
+    updates, whose number per minute differs between machines of one kind."""
+    kept, place = [], {}
+    for setting in settings:
+        key, _, value = setting.partition("=")
+        if key not in MINUTE_PLACED or not value.endswith("min"):
+            kept.append(setting)
+            continue
+        try:
+            place[key] = float(value.removesuffix("min"))
+        except ValueError:
+            raise SystemExit(f"{key} in minutes is a number then 'min' ({key}=12.5min), got {value!r}") from None
+    if place and (set(place) != set(MINUTE_PLACED) or place["start_decay_steps"] < 0 or place["decay_steps"] <= 0):
+        raise SystemExit(f"a decay placed in minutes needs start_decay_steps=Nmin (N ≥ 0) and "
+                         f"decay_steps=Mmin (M > 0), got {place}")
+    return kept, place
+
+
+def decay_scale(minute: float, start: float, every: float, rate: float = 0.5) -> float:
+    "The learning rate's factor at training `minute`: × `rate` at `start` and every `every` after (OpenNMT-py's)."
+    return rate ** (max(minute - start + every, 0) // every)
+
+
 def curve_name(step: int) -> str:
     "The file, under OUT/hyp/curve, of val translated greedily by the checkpoint written at update `step`."
     return f"val.step{step}.b1.tok"

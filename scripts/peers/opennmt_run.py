@@ -24,12 +24,13 @@ from onmt.models.model_saver import ModelSaver  # noqa: E402
 from onmt.trainer import Trainer  # noqa: E402
 
 from budget import (  # noqa: E402
-    Budget, add_parameters, apply_settings, architecture, curve_name, decoded_already, distinct_numbers, fill_config,
-    hypothesis_name, last_of, runner_arguments, save_average)
+    Budget, add_parameters, apply_settings, architecture, curve_name, decay_scale, decoded_already, distinct_numbers,
+    fill_config, hypothesis_name, last_of, minute_schedule, runner_arguments, save_average)
 
 
-def instrument(budget: Budget) -> list:
-    "Patch OpenNMT-py's `Trainer` to stop at the budget and to record the curve; returns a list that gets the trainer."
+def instrument(budget: Budget, decay_place: dict[str, float], decay_rate: float) -> list:
+    """Patch OpenNMT-py's `Trainer` to stop at the budget, to record the curve and to decay the rate by the clock
+    where `decay_place` says (`minute_schedule`); returns a list that gets the trainer."""
     trainers: list = []
     accum_batches, validate, gradient_accumulation = Trainer._accum_batches, Trainer.validate, \
         Trainer._gradient_accumulation
@@ -39,6 +40,9 @@ def instrument(budget: Budget) -> list:
             trainers.append(self)
             pad = self.valid_loss.padding_idx  # validation loss as ours reports it: without label smoothing
             self.valid_loss.criterion = torch.nn.CrossEntropyLoss(ignore_index=pad, reduction="sum")
+            if decay_place:  # the factor read at each update: from the training minutes, not the update's number
+                self.optim._learning_rate_decay_fn = lambda _update: decay_scale(
+                    budget.seconds() / 60, decay_place["start_decay_steps"], decay_place["decay_steps"], decay_rate)
         for batches, normalization in accum_batches(self, iterator):
             if budget.spent():
                 budget.stop()
@@ -61,7 +65,7 @@ def instrument(budget: Budget) -> list:
     def recorded_validation(self, valid_iter, moving_average=None):
         stats = validate(self, valid_iter, moving_average)
         budget.validated(self.optim.training_step, stats.xent(), valid_ppl=round(stats.ppl(), 4),
-                         valid_accuracy=round(stats.accuracy(), 3))
+                         valid_accuracy=round(stats.accuracy(), 3), learning_rate=self.optim.learning_rate())
         return stats
 
     Trainer._accum_batches = budgeted_batches
@@ -77,13 +81,14 @@ def run_training(args: argparse.Namespace) -> None:
     if leftovers := kept_checkpoints(args.out):  # they would join this run's average
         raise SystemExit(f"{args.out / 'model'} already holds {len(leftovers)} checkpoint(s) of an earlier run "
                          f"({leftovers[-1].name}, …): give this run its own folder (PEER_OUT) or delete them")
-    cfg = apply_settings(fill_config(args.config, args.data, args.out), args.settings)
+    toolkit_settings, decay_place = minute_schedule(args.settings)  # a decay placed in minutes is ours to apply
+    cfg = apply_settings(fill_config(args.config, args.data, args.out), toolkit_settings)
     if args.valid_every:  # smoke tests validate more often than the recipe
         cfg["valid_steps"] = args.valid_every
     config = args.out / "config.yaml"
     config.write_text(yaml.safe_dump(cfg, sort_keys=False))
     budget = Budget(args.minutes)
-    trainers = instrument(budget)
+    trainers = instrument(budget, decay_place, cfg.get("learning_rate_decay", 0.5))  # OpenNMT-py's default: 0.5
     train(_get_parser().parse_args(["-config", str(config)]))
     budget.stop()  # in case the toolkit ended training before the budget did
     steps = trainers[0].optim.training_step - 1
