@@ -45,11 +45,14 @@ socket.socket.connect, socket.getaddrinfo = connect, getaddrinfo
 RUNNER = '''
 import sys
 import nbformat
+from jupyter_client.manager import KernelManager
 from nbclient import NotebookClient
 
 nb = nbformat.read(sys.argv[1], as_version=4)
 nb.cells.append(nbformat.v4.new_code_cell("import transformer; print('TRANSFORMER FROM', transformer.__file__)"))
-NotebookClient(nb, timeout=900, kernel_name="python3", resources={"metadata": {"path": sys.argv[2]}}).execute()
+kernel = KernelManager(kernel_name="python3", transport="ipc")  # sockets as files in this folder: TCP ports, chosen
+# free and then bound, can be taken by the kernel of the chapter that runs beside this one
+NotebookClient(nb, km=kernel, timeout=900, resources={"metadata": {"path": sys.argv[2]}}).execute()
 print("".join(output.get("text", "") for output in nb.cells[-1].outputs).strip())  # streams may come in pieces
 '''
 

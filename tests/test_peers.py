@@ -21,6 +21,7 @@ PEERS = ROOT / "scripts" / "peers"
 sys.path.insert(0, str(PEERS))
 
 import budget  # noqa: E402
+import pace  # noqa: E402
 import prepare  # noqa: E402
 import profile_peer  # noqa: E402
 import report  # noqa: E402
@@ -131,6 +132,16 @@ def test_a_decay_placed_in_minutes_halves_the_rate_by_the_clock():
                 ["start_decay_steps=48min", "decay_steps=0min"]):
         with pytest.raises(SystemExit, match="minutes"):
             budget.minute_schedule(bad)
+
+
+def test_a_pace_alternates_which_side_goes_first_and_reports_the_ratios_spread():
+    assert [pace.side_order(i) for i in range(3)] == [("ours", "theirs"), ("theirs", "ours"), ("ours", "theirs")]
+    rounds = [{"ours": 4000, "theirs": 2000}, {"ours": 3000, "theirs": 1000}, {"ours": 5000, "theirs": 2000}]
+    summary = pace.pace_summary(rounds)  # ratios 2.0, 3.0, 2.5: a ratio is taken within a round, never across
+    assert summary == {"repeats": 3, "ratio_median": 2.5, "ratio_spread": 1.0, "ours_median": 4000,
+                       "theirs_median": 2000}
+    with pytest.raises(ValueError, match="two rounds"):
+        pace.pace_summary(rounds[:1])
 
 
 def test_tuning_chooses_the_best_setting_on_val_with_our_bleu(tmp_path):
