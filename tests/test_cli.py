@@ -121,6 +121,17 @@ def test_translate_from_arguments_file_and_stdin(run):
     assert early.returncode == 0 and len(early.stdout.splitlines()) == 2, early.stderr
 
 
+def test_translate_with_workers_gives_the_same_lines(run):
+    """--workers decodes batches at once on threads: the same translations, in order; 0 workers is refused."""
+    sentences = ["Ein Hund.", "Zwei Katzen schlafen.", "Ein Mann fährt Rad.", "Kinder spielen."]
+    serial = cli("translate", "--model", str(run / "avg"), "--beam", "2", "--batch-size", "1", *sentences)
+    threaded = cli("translate", "--model", str(run / "avg"), "--beam", "2", "--batch-size", "1", "--workers", "2",
+                   *sentences)
+    assert serial.returncode == threaded.returncode == 0 and len(serial.stdout.splitlines()) == 4, serial.stderr
+    assert threaded.stdout == serial.stdout
+    assert_user_error(cli("translate", "--model", str(run / "avg"), "--workers", "0", "Ein Hund."), "workers")
+
+
 @pytest.mark.parametrize("config, words", [
     ('preset = "tiny"\n[train]\nmax_stepz = 3\n', ["unknown", "max_stepz"]),
     ('preset = "tiny"\n[train]\nwarmup = -5\n', ["warmup"]),

@@ -22,8 +22,7 @@ import torch.distributed as dist
 from . import __version__
 from .checkpoint import CheckpointError, RunFolder
 from .data import DataError, clean_sentence, encode_sentences, read_text_lines, text_lines
-from .decoding import generate  # a decoder-only model's sampling
-from .decoding import check_sampling, dynamic_int8
+from .decoding import check_sampling, dynamic_int8, generate  # generate: a decoder-only model's sampling
 from .hardware import World, resolve_device
 from .report import write_report
 from .scoring import (
@@ -101,6 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "quantization): faster, with a BLEU cost that benchmarks/decode_engines.py measures")
     p.add_argument("--early-exit", action="store_true", help="beam search stops a sentence once a step's best "
                    "extension ends: faster, rarely another translation (benchmarks/decode_engines.py measures both)")
+    p.add_argument("--workers", type=int, default=1, help="batches decoded at once, on threads sharing the cores")
 
     p = sub.add_parser("evaluate", help="sacreBLEU of a model on a Multi30k split or on files")
     add_decoding_args(p)
@@ -219,7 +219,7 @@ def cmd_translate(args: argparse.Namespace) -> None:
     model = dynamic_int8(model) if args.int8 else model
     ids = encode_sentences(tokenizer, sentences)  # tokenized once: translated, and checked for length
     for line in translate_encoded(model, tokenizer, ids, decoding["beam"], decoding["alpha"], args.batch_size,
-                                  args.early_exit):
+                                  args.early_exit, args.workers):
         print(line)  # one line for each sentence read, empty for an empty or over-long one
     if long := long_sentences(ids, model.cfg.max_len):
         raise ValueError(f"{too_long_message(long, model.cfg.max_len)}: left empty, the others are translated")
