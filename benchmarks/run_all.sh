@@ -5,7 +5,7 @@
 # it shows the machines' folders side by side. Every ratio is the median of at least 3 repeats, with its spread.
 # Run it on a quiet machine (nothing else on the cores), after scripts/setup.sh and `pip install -e ".[bench]"`:
 #
-#   bash benchmarks/run_all.sh        # about 40 minutes on 2 cores; rewrites benchmarks/results/MACHINE/*-cpu.json
+#   bash benchmarks/run_all.sh        # about 50 minutes on 2 cores; rewrites benchmarks/results/MACHINE/*-cpu.json
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
@@ -24,6 +24,7 @@ run python benchmarks/decode_throughput.py
 OMP_NUM_THREADS=2 run python benchmarks/decode_engines.py
 OMP_NUM_THREADS=2 run python benchmarks/profile_decode.py
 OMP_NUM_THREADS=2 run python benchmarks/profile_decode.py --int8  # where int8's time goes
+OMP_NUM_THREADS=2 run python benchmarks/decode_workers.py  # two batches at once, ours and CTranslate2's
 run python benchmarks/memory.py
 run python benchmarks/ddp_scaling.py
 echo "== done ($(date -u +%H:%M:%S)): run $BENCH_RUN"
