@@ -9,6 +9,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
+if ! python -c "import transformers" 2>/dev/null; then  # else decode_throughput's Marian rows are missing, silently
+  echo 'run_all.sh needs the [bench] extra (Hugging Face transformers):' \
+       'pip install -e ".[bench]" -c constraints.txt' >&2
+  exit 1
+fi
 export BENCH_RUN=${BENCH_RUN:-$(date -u +%Y-%m-%dT%H:%MZ)}
 machine=$(cd benchmarks && python -c "from common import machine_key; print(machine_key())")
 rm -f "benchmarks/results/$machine"/*-cpu.json  # a file this run does not rewrite would be from another day

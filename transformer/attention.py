@@ -173,7 +173,8 @@ class MultiHeadAttention(nn.Module):
                 k, v = cache["k"], cache["v"]
             else:
                 k, v = self.project_kv(memory)
-                if cache is not None:
+                if cache is not None:  # laid out head by head once, so no step's products copy them again
+                    k, v = k.contiguous(), v.contiguous()
                     cache["k"], cache["v"] = k, v
         return self.out_proj(self.attend(q, k, v, mask))
 
