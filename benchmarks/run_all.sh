@@ -29,6 +29,7 @@ run python benchmarks/decode_throughput.py
 OMP_NUM_THREADS=2 run python benchmarks/decode_engines.py
 OMP_NUM_THREADS=2 run python benchmarks/profile_decode.py
 OMP_NUM_THREADS=2 run python benchmarks/profile_decode.py --int8  # where int8's time goes
+run python benchmarks/int8_kernels.py  # fbgemm's int8 kernel or oneDNN's, the one torch.compile emits
 OMP_NUM_THREADS=2 run python benchmarks/decode_workers.py  # two batches at once, ours and CTranslate2's
 run python benchmarks/memory.py
 run python benchmarks/ddp_scaling.py
