@@ -6,7 +6,7 @@ which `dynamic_int8` calls in eager PyTorch, and oneDNN's, the int8 product torc
 A compiled step is the way to shed the Python and the small operators around the products (*Decoding at speed*), but
 fbgemm's packed weights are an object torch.compile cannot trace: each int8 layer of `dynamic_int8` breaks the graph.
 Inside a graph only oneDNN's int8 product runs, which inductor puts in place of the pattern `Int8Pattern` writes
-(activations quantised per tensor to uint8, weights per output channel to int8) when it freezes the weights. A
+(activations quantised per tensor to 7 bits, weights per output channel to 8) when it freezes the weights. A
 compiled int8 step pays only if that kernel is about as fast as fbgemm's; this file measures that, and checks that
 inductor did emit oneDNN's product. The layers are the published model's decoder layers that `dynamic_int8`
 quantises and its output projection, each on its own input of 64 rows (a greedy step on a batch of 64).
@@ -33,6 +33,8 @@ from transformer.translation import load_translator
 
 decomposed = torch.ops.quantized_decomposed
 EPS = torch.finfo(torch.float32).eps
+ACTIVATION_MAX = 127  # 7-bit activations, as PyTorch's x86 int8 layers keep them (reduce_range): AVX2 sums pairs
+# of int8 products in 16 bits, which 8-bit activations can overflow
 COMPILED = "oneDNN int8 compiled"  # the side whose int8 products run inside a compiled graph
 
 
@@ -49,11 +51,11 @@ class Int8Pattern(nn.Module):
         self.register_buffer("bias", linear.bias.detach().clone() if linear.bias is not None else None)
 
     def forward(self, x: Tensor) -> Tensor:
-        "x (n, d_in) → (n, d_out), its activations quantised to uint8 by their range at every call."
-        x_scale, x_zero = decomposed.choose_qparams.tensor(x, 0, 255, EPS, torch.uint8)
+        "x (n, d_in) → (n, d_out), its activations quantised by their range at every call."
+        x_scale, x_zero = decomposed.choose_qparams.tensor(x, 0, ACTIVATION_MAX, EPS, torch.uint8)
         x = decomposed.dequantize_per_tensor.tensor(
-            decomposed.quantize_per_tensor.tensor(x, x_scale, x_zero, 0, 255, torch.uint8),
-            x_scale, x_zero, 0, 255, torch.uint8)
+            decomposed.quantize_per_tensor.tensor(x, x_scale, x_zero, 0, ACTIVATION_MAX, torch.uint8),
+            x_scale, x_zero, 0, ACTIVATION_MAX, torch.uint8)
         w = decomposed.dequantize_per_channel(self.weight, self.scale, self.zero_point, 0, -128, 127, torch.int8)
         return F.linear(x, w, self.bias)
 
