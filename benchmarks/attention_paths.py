@@ -17,8 +17,8 @@ import torch
 import torch.nn.functional as F
 
 from common import repeated, write_result
-from transformer.attention import (BLAS_BMM_MIN_PRODUCTS, EXPLICIT_MAX_KEYS, cpu_has_bf16_matmul, explicit_attention,
-                                   fast_attention, one_query_products, subsequent_mask)
+from transformer.attention import (EXPLICIT_MAX_KEYS, cpu_has_bf16_matmul, explicit_attention, explicit_on_cpu,
+                                   fast_attention, subsequent_mask)
 from transformer.hardware import best_seconds
 
 DTYPES = {"float32": torch.float32, "bf16": torch.bfloat16}
@@ -96,8 +96,8 @@ def main() -> None:
     medians = {T: {p: statistics.median(t) for p, t in ms.items()} for T, ms in one_query.items()}
     one_query_rows = [{"keys": T, "fused_ms": round(m["fused"], 4), "explicit_ms": round(m["explicit"], 4),
                        "rule_ms": round(m["rule"], 4), "explicit_speedup": round(m["fused"] / m["explicit"], 2),
-                       "explicit_chosen": one_query_products(*one_query_shapes(0, T))  # shapes only
-                       >= BLAS_BMM_MIN_PRODUCTS} for T, m in medians.items()]
+                       "explicit_chosen": explicit_on_cpu(1, T, 64, torch.float32)}  # one_query_shapes's width
+                      for T, m in medians.items()]
 
     def summed(a: str, b: str, keys: range) -> dict:
         "Path a's time over path b's, summed over `keys`, per round: median and spread."

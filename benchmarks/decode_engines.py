@@ -1,6 +1,7 @@
 """Decoding a trained model, side by side in one run: ours in float32, with dynamic int8 linear layers and through
 `FastDecoder` (compiled, in float32 and, where the CPU has bf16 instructions, in bf16; in float32 also without its
-packed output projection where its probe chose one), and CTranslate2 in float32 and int8 on the same exported
+packed output projection where its probe chose one), int8 through `TracedDecoder` (its steps traced into TorchScript
+graphs), and CTranslate2 in float32 and int8 on the same exported
 weights; beam 4 and greedy, on the test2016 sources. Our beam search runs a second time with `early_exit` (a
 sentence stops once a step's best extension ends), to show what the stopping rule costs and saves.
 
@@ -27,7 +28,7 @@ from common import ratio_of_rounds, write_result
 from transformer.data import load_split, sha256
 from transformer.decoding import beam_search, dynamic_int8, greedy_decode
 from transformer.export import ct2_vocabulary, export_ctranslate2, optional, vocabulary
-from transformer.fast_decoding import FastDecoder
+from transformer.fast_decoding import FastDecoder, TracedDecoder
 from transformer.hardware import native_bf16
 from transformer.hub import model_folder
 from transformer.run import load_average
@@ -103,6 +104,7 @@ def main() -> None:
     alpha = args.alpha
     threads = torch.get_num_threads()
     int8_model = dynamic_int8(model)
+    traced = TracedDecoder(int8_model)  # traced during the warm-up below, never while timed
     fast = {"float32": FastDecoder(model)}  # compiled during the warm-up below, never while timed
     if native_bf16("cpu")[0]:
         fast["bf16"] = FastDecoder(model, torch.bfloat16)
@@ -116,6 +118,7 @@ def main() -> None:
         for beam, label in ((args.beam, f"beam {args.beam}"), (1, "greedy")):
             decoders |= {f"ours float32, {label}": ours(model, beam, alpha),
                          f"ours int8, {label}": ours(int8_model, beam, alpha),
+                         f"ours int8 traced, {label}": ours(traced, beam, alpha),
                          **{f"ours compiled {kind}, {label}": ours(decoder, beam, alpha)
                             for kind, decoder in fast.items()},
                          **{f"CTranslate2 {kind}, {label}": ctranslate2_decoder(exported, kind, beam, alpha, threads)
@@ -124,13 +127,14 @@ def main() -> None:
                 decoders[f"ours compiled float32 unpacked, {label}"] = ours(unpacked, beam, alpha)
             if beam > 1:  # beam search that stops a sentence once a step's best extension ends
                 decoders |= {f"ours float32, {label}, early exit": ours(model, beam, alpha, early_exit=True),
-                             f"ours int8, {label}, early exit": ours(int8_model, beam, alpha, early_exit=True)}
+                             f"ours int8, {label}, early exit": ours(int8_model, beam, alpha, early_exit=True),
+                             f"ours int8 traced, {label}, early exit": ours(traced, beam, alpha, early_exit=True)}
         _, batches = batches_of(test, args.batch_size)  # every decoder's outputs in this same order
         for name, run in decoders.items():  # warm-up: first calls allocate, and compile (with one sentence, the
             run(batches[0])                  # graphs for a lone sentence, which beam search reaches as others finish)
             run(batches[0][:1])
-            if name.startswith("ours compiled"):  # and every batch once: greedy's rows leave as they end, and the
-                decode_all(run, batches)          # shapes a batch shrinks through may need a graph of their own
+            if name.startswith(("ours compiled", "ours int8 traced")):  # and every batch once: greedy's rows leave
+                decode_all(run, batches)  # as they end, and the shapes and lengths met may need graphs of their own
         per_round = []
         for _ in range(args.rounds):
             seconds, outputs = dict.fromkeys(decoders, 0.0), {name: [] for name in decoders}
@@ -160,7 +164,11 @@ def main() -> None:
             engine = f"CTranslate2 {kind}, {label}"
             ratios[f"{key}_vs_ctranslate2_{kind}"] = ratio_of_rounds(per_round, engine, f"ours float32, {label}")
             ratios[f"{key}_int8_vs_ctranslate2_{kind}"] = ratio_of_rounds(per_round, engine, f"ours int8, {label}")
+            ratios[f"{key}_int8_traced_vs_ctranslate2_{kind}"] = ratio_of_rounds(
+                per_round, engine, f"ours int8 traced, {label}")
         ratios[f"{key}_int8_vs_float32"] = ratio_of_rounds(per_round, f"ours float32, {label}", f"ours int8, {label}")
+        ratios[f"{key}_int8_traced_vs_eager"] = ratio_of_rounds(  # the same int8 layers, eager and traced
+            per_round, f"ours int8, {label}", f"ours int8 traced, {label}")
         for kind in fast:  # the compiled decoder against CTranslate2's fastest, and against our eager float32
             compiled = f"ours compiled {kind}, {label}"
             ratios[f"{key}_compiled_{kind}_vs_ctranslate2_int8"] = ratio_of_rounds(
@@ -169,8 +177,9 @@ def main() -> None:
         if unpacked is not None:  # the same compiled decoder with the plain output projection, side by side
             ratios[f"{key}_packed_projection_vs_unpacked"] = ratio_of_rounds(
                 per_round, f"ours compiled float32 unpacked, {label}", f"ours compiled float32, {label}")
-    for kind, key in (("float32", ""), ("int8", "int8_")) if args.beam > 1 else ():  # stopping early: against
-        early = f"ours {kind}, {b}, early exit"  # CTranslate2's fastest, and against the same decoder's full search
+    stopping = (("float32", ""), ("int8", "int8_"), ("int8 traced", "int8_traced_")) if args.beam > 1 else ()
+    for kind, key in stopping:  # stopping early: against CTranslate2's fastest, and against the same decoder's full
+        early = f"ours {kind}, {b}, early exit"  # search
         ratios[f"beam{args.beam}_{key}early_exit_vs_ctranslate2_int8"] = ratio_of_rounds(
             per_round, f"CTranslate2 int8, {b}", early)
         ratios[f"beam{args.beam}_{key}early_exit_vs_full"] = ratio_of_rounds(per_round, f"ours {kind}, {b}", early)

@@ -1,7 +1,8 @@
 """Decoding a file's worth of sentences on every core: our `translate_encoded` with one worker (the CPU's intra-op
 threads on each operator) and with `--workers` batches at once (the threads shared out between them), against
 CTranslate2 with the same two choices (one translation at a time on all the threads, or `inter_threads` at once on a
-share each). Float32 and int8 weights, beam 4 and greedy, on the test2016 sources.
+share each). Float32 and int8 weights (ours also int8 through `TracedDecoder`), beam 4 and greedy, on the test2016
+sources.
 
 Each round decodes every source with every decoder in turn, whole, the order rotated from round to round, so a
 slower stretch of the machine falls on each decoder alike. A ratio is the median of its rounds, with its spread.
@@ -25,6 +26,7 @@ from decode_engines import MAX_EXTRA, PUBLISHED, batches_of, unsort
 from transformer.data import load_split, sha256
 from transformer.decoding import dynamic_int8
 from transformer.export import ct2_vocabulary, export_ctranslate2, optional, vocabulary
+from transformer.fast_decoding import TracedDecoder
 from transformer.hub import model_folder
 from transformer.run import load_average
 from transformer.translation import load_translator, translate_encoded
@@ -65,6 +67,7 @@ def main() -> None:
     folder = model_folder(args.model)
     model, tokenizer = load_translator(folder)
     weights = {"float32": model, "int8": dynamic_int8(model)}
+    ours_kinds = weights | {"int8 traced": TracedDecoder(weights["int8"])}  # CTranslate2: float32 and int8
     threads = torch.get_num_threads()
     ids = [e.ids for e in tokenizer.encode_batch([s for s, _ in load_split("test2016")[: args.sentences]])]
     searches = {f"beam {args.beam}": args.beam, "greedy": 1}
@@ -72,16 +75,17 @@ def main() -> None:
         export_ctranslate2(model, exported, vocabulary(model, tokenizer))
         decoders = {}
         for label, beam in searches.items():
-            for kind, m in weights.items():
+            for kind, m in ours_kinds.items():
                 for w in (1, args.workers):
                     decoders[f"ours {kind}, {label}, {w} worker{'s' * (w > 1)}"] = (
                         lambda x, m=m, beam=beam, w=w: translate_encoded(m, tokenizer, x, beam, args.alpha, 64,
                                                                          workers=w))
+            for kind in weights:
                 for inter in (1, args.workers):
                     decoders[f"CTranslate2 {kind}, {label}, {inter} at once"] = ctranslate2_file(
                         exported, kind, beam, args.alpha, threads, inter)
-        for run in decoders.values():  # warm-up: first calls allocate
-            run(ids[:128])
+        for name, run in decoders.items():  # warm-up: first calls allocate; the traced decoder traces its graphs,
+            run(ids if "traced" in name else ids[:128])  # one for each choice a batch of some length may need
         per_round, outputs, names = [], {}, list(decoders)
         for r in range(args.rounds):
             seconds = {}
@@ -91,25 +95,30 @@ def main() -> None:
                 seconds[name] = time.perf_counter() - start
             per_round.append(seconds)
     for label in searches:
-        for kind in weights:
+        for kind in ours_kinds:
             one, many = (outputs[f"ours {kind}, {label}, {w} worker{'s' * (w > 1)}"] for w in (1, args.workers))
             if one != many:
                 raise AssertionError(f"{args.workers} workers translated differently from one ({kind}, {label})")
     ratios, rows = {}, []  # > 1: the second named is faster
     for label, beam in searches.items():
         key = f"beam{beam}" if beam > 1 else "greedy"
-        for kind in weights:
+        for kind in ours_kinds:
             ours1, oursw = (f"ours {kind}, {label}, {w} worker{'s' * (w > 1)}" for w in (1, args.workers))
-            ct1, ctw = (f"CTranslate2 {kind}, {label}, {n} at once" for n in (1, args.workers))
-            suffix = "" if kind == "float32" else "_int8"
+            suffix = "" if kind == "float32" else "_" + kind.replace(" ", "_")
             ratios[f"{key}{suffix}_workers_vs_one"] = ratio_of_rounds(per_round, ours1, oursw)
-            ratios[f"{key}_ctranslate2_{kind}_at_once_vs_one"] = ratio_of_rounds(per_round, ct1, ctw)
+            if kind in weights:
+                ct1, ctw = (f"CTranslate2 {kind}, {label}, {n} at once" for n in (1, args.workers))
+                ratios[f"{key}_ctranslate2_{kind}_at_once_vs_one"] = ratio_of_rounds(per_round, ct1, ctw)
             for engine in ("int8", "float32"):  # each side at its faster setting, round by round
                 best_ct = [min(r[f"CTranslate2 {engine}, {label}, {n} at once"] for n in (1, args.workers))
                            for r in per_round]
                 best_ours = [min(r[ours1], r[oursw]) for r in per_round]
                 ratios[f"{key}{suffix}_best_vs_ctranslate2_{engine}_best"] = ratio_of_rounds(
                     [{"ct": c, "ours": o} for c, o in zip(best_ct, best_ours)], "ct", "ours")
+        eager, traced = ([min(r[f"ours {kind}, {label}, {w} worker{'s' * (w > 1)}"] for w in (1, args.workers))
+                          for r in per_round] for kind in ("int8", "int8 traced"))  # each at its faster setting
+        ratios[f"{key}_int8_traced_best_vs_int8_best"] = ratio_of_rounds(
+            [{"eager": e, "traced": t} for e, t in zip(eager, traced)], "eager", "traced")
     for name in names:
         s = statistics.median(r[name] for r in per_round)
         rows.append({"decoder": name, "seconds": round(s, 2), "sentences_per_s": round(len(ids) / s, 1)})

@@ -1,8 +1,10 @@
-"""FastDecoder: its static cache and step against the model's own decoding, eager and compiled, and its errors."""
+"""FastDecoder and TracedDecoder: their caches and steps against the model's own decoding, and their errors."""
 
 import os
 import subprocess
 import sys
+
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
@@ -10,8 +12,10 @@ from torch.testing import assert_close
 
 from conftest import BOS, EOS, PAD, padded_tokens
 from transformer.decoder_only import DecoderOnly, DecoderOnlyConfig
-from transformer.decoding import beam_search, greedy_decode, translate_ids
-from transformer.fast_decoding import FastDecoder, PackedProjection, StaticKVCache, faster_projection
+from transformer import attention
+from transformer.decoding import beam_search, dynamic_int8, greedy_decode, translate_ids
+from transformer.fast_decoding import (FastDecoder, PackedProjection, StaticKVCache, TracedDecoder,
+                                      faster_projection)
 from transformer.model import Transformer
 
 TOL = dict(atol=1e-5, rtol=1e-5)
@@ -236,3 +240,63 @@ def test_projections_that_cannot_be_packed_stay_as_they_are(ending_model, post_l
     assert decoder.generator is ending_model.generator
     src = torch.tensor([[5, 9, 12, EOS], [8, 3, EOS, PAD]])
     assert greedy_decode(decoder, src, max_extra=6) == greedy_decode(ending_model, src, max_extra=6)
+
+
+def decoders(model: Transformer) -> dict[str, Transformer]:
+    "The model itself and its int8 copy: the two a TracedDecoder is checked against."
+    return {"float32": model, "int8": dynamic_int8(model)}
+
+
+@pytest.mark.parametrize("which", MODELS)
+def test_traced_searches_find_what_the_model_finds(which, request):
+    """Greedy decoding and beam search through a TracedDecoder give the eager outputs and scores, float32 and int8."""
+    src = ended_sources([6, 1, 3, 9, 2], seed=5)
+    for weights, model in decoders(request.getfixturevalue(which)).items():
+        traced = TracedDecoder(model)
+        greedy = greedy_decode(traced, src, max_extra=8)
+        assert greedy == greedy_decode(model, src, max_extra=8), weights
+        ours, theirs = (beam_search(m, src, 3, n_best=2, max_extra=8) for m in (traced, model))
+        assert [[h.tokens for h in s] for s in ours] == [[h.tokens for h in s] for s in theirs], weights
+        scores = [torch.tensor([[h.score for h in s] for s in found]) for found in (ours, theirs)]
+        assert_close(*scores, **TOL)
+        assert {key[0] for key in traced.graphs} == {1, 3}  # one query row a memory row, and the beam's three
+
+
+def test_one_traced_graph_serves_other_batches_lengths_and_positions(post_ln_model):
+    """A graph traced on one batch gives the whole decode's logits (cached equals uncached) for batches of other
+    sizes, source lengths and prefix lengths."""
+    traced = TracedDecoder(post_ln_model)
+    for lengths, steps, seed in (([5, 2, 7], 6, 3), ([9], 4, 4), ([1, 3, 4, 8, 2], 9, 5)):
+        src = ended_sources(lengths, seed=seed)
+        prefix = padded_tokens([steps] * len(lengths), steps, seed=seed + 10) % 27 + 3
+        prefix[:, 0] = BOS
+        with torch.inference_mode():
+            reference = post_ln_model(src, prefix)
+        assert_close(steps_by_hand(traced, src, prefix), reference, **TOL)
+    assert len(traced.graphs) == 1
+
+
+def test_traced_graphs_follow_attentions_path_choice(ending_model, monkeypatch):
+    """Where attention's written-out path starts at a few keys, a decode meets both paths: each gets its own graph,
+    and the outputs stay the eager ones."""
+    monkeypatch.setattr(attention, "BLAS_BMM_MIN_PRODUCTS", 3 * min(ending_model.decoder.layers[0].self_attn.d_k,
+                                                                  ending_model.decoder.layers[0].self_attn.d_v))
+    traced, src = TracedDecoder(ending_model), ended_sources([6, 1, 3, 9, 2], seed=7)
+    assert greedy_decode(traced, src, max_extra=8) == greedy_decode(ending_model, src, max_extra=8)
+    assert {key[2] for key in traced.graphs} == {False, True}  # fused below 3 keys, written out from there
+
+
+def test_traced_decoder_is_shared_by_workers(ending_model):
+    """Two threads decoding through one TracedDecoder at once (tracing included) find what the eager model finds."""
+    sentences = [[5, 9, 4], [7], [3, 3, 8, 12, 6], [20, 11], [4, 4, 4, 9], [13, 5]]
+    int8 = dynamic_int8(ending_model)
+    traced = TracedDecoder(int8)
+    with ThreadPoolExecutor(2) as pool:
+        found = list(pool.map(lambda s: translate_ids(traced, [s], 2), sentences))
+    assert found == [translate_ids(int8, [s], 2) for s in sentences]
+
+
+def test_traced_decoder_refuses_a_decoder_only_model():
+    """A decoder-only model is named as what a TracedDecoder cannot decode."""
+    with pytest.raises(ValueError, match="encoder-decoder models; this one is decoder-only"):
+        TracedDecoder(DecoderOnly(DecoderOnlyConfig.preset("tiny", vocab_size=30)))

@@ -6,7 +6,7 @@ Docs: https://transformer-book.github.io/transformer/attention.html.md"""
 
 # %% auto #0
 __all__ = ['CPU_FACTS', 'EXPLICIT_MAX_KEYS', 'BLAS_BMM_MIN_PRODUCTS', 'check_dropout', 'check_mask', 'explicit_attention',
-           'padding_mask', 'subsequent_mask', 'pad_sequences', 'cpu_has_bf16_matmul', 'one_query_products',
+           'padding_mask', 'subsequent_mask', 'pad_sequences', 'cpu_has_bf16_matmul', 'explicit_on_cpu',
            'fast_attention', 'extend_cache', 'MultiHeadAttention']
 
 # %% ../nbs/01_attention.ipynb #21560f2c
@@ -93,22 +93,21 @@ EXPLICIT_MAX_KEYS = {torch.bfloat16: 256}
 BLAS_BMM_MIN_PRODUCTS = 400
 
 
-def one_query_products(q: Tensor, k: Tensor, v: Tensor) -> int:
-    "Multiply-adds per matrix in the smaller of written-out attention's two products, for one query a row."
-    return k.size(-2) * min(q.size(-1), v.size(-1))  # q kᵀ: d_k · keys; weights v: keys · d_v
+def explicit_on_cpu(queries: int, keys: int, width: int, dtype: torch.dtype, dropout_p: float = 0.0) -> bool:
+    "Whether written-out attention is the faster path on a CPU: `queries` × `keys`, heads `width` (d_k or d_v) wide."
+    # step-by-step decoding: the fused kernel's set-up outweighs the work, once the products reach BLAS
+    one_query = queries == 1 and dropout_p == 0.0 and keys * width >= BLAS_BMM_MIN_PRODUCTS
+    return one_query or (keys <= EXPLICIT_MAX_KEYS.get(dtype, 0) and cpu_has_bf16_matmul())  # short bf16
 
 
 def fast_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,
                    dropout_p: float = 0.0) -> Tensor:
     "`explicit_attention` by the faster path here: PyTorch's fused kernel or the written-out one."
-    if q.device.type == "cpu":
-        # step-by-step decoding: the fused kernel's set-up outweighs the work, once the products reach BLAS
-        one_query = q.size(-2) == 1 and dropout_p == 0.0 and one_query_products(q, k, v) >= BLAS_BMM_MIN_PRODUCTS
-        if one_query or (k.size(-2) <= EXPLICIT_MAX_KEYS.get(q.dtype, 0) and cpu_has_bf16_matmul()):  # short bf16
-            return explicit_attention(q, k, v, mask, dropout_p)[0]
+    width = min(q.size(-1), v.size(-1))  # the narrower product's: q kᵀ is d_k · keys, weights v keys · d_v
+    if q.device.type == "cpu" and explicit_on_cpu(q.size(-2), k.size(-2), width, q.dtype, dropout_p):
+        return explicit_attention(q, k, v, mask, dropout_p)[0]
     check_mask(mask, (*q.shape[:-1], k.size(-2)))
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
-
 
 # %% ../nbs/01_attention.ipynb #9b5ed8b7
 def extend_cache(cache: dict[str, Tensor], k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:

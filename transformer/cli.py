@@ -23,6 +23,7 @@ from . import __version__
 from .checkpoint import CheckpointError, RunFolder
 from .data import DataError, clean_sentence, encode_sentences, read_text_lines, text_lines
 from .decoding import check_sampling, dynamic_int8, generate  # generate: a decoder-only model's sampling
+from .fast_decoding import TracedDecoder
 from .hardware import World, resolve_device
 from .report import write_report
 from .scoring import (
@@ -97,7 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("sentences", nargs="*", help="sentences to translate")
     p.add_argument("--input", help="a file with one sentence per line")
     p.add_argument("--int8", action="store_true", help="decode on the CPU with int8 linear layers (dynamic "
-                   "quantization): faster, with a BLEU cost that benchmarks/decode_engines.py measures")
+                   "quantization) and traced steps: faster, at a BLEU cost benchmarks/decode_engines.py measures")
     p.add_argument("--early-exit", action="store_true", help="beam search stops a sentence once a step's best "
                    "extension ends: faster, rarely another translation (benchmarks/decode_engines.py measures both)")
     p.add_argument("--workers", type=int, default=1, help="batches decoded at once, on threads sharing the cores")
@@ -216,7 +217,7 @@ def cmd_translate(args: argparse.Namespace) -> None:
     if args.int8 and device.type != "cpu":
         raise ValueError(f"--int8 decodes on the CPU only, not on {device}: leave out --device or give cpu")
     model, tokenizer = load_translator(args.model, device)
-    model = dynamic_int8(model) if args.int8 else model
+    model = TracedDecoder(dynamic_int8(model)) if args.int8 else model
     ids = encode_sentences(tokenizer, sentences)  # tokenized once: translated, and checked for length
     for line in translate_encoded(model, tokenizer, ids, decoding["beam"], decoding["alpha"], args.batch_size,
                                   args.early_exit, args.workers):

@@ -1,4 +1,4 @@
-"""A key–value cache allocated once, a compiled step and 16-bit weights: *Decoding*'s searches, on a faster model.
+"""A key–value cache allocated once, compiled or traced steps, 16-bit weights: *Decoding*'s searches, made faster.
 
 Docs: https://transformer-book.github.io/transformer/fast_decoding.html.md"""
 
@@ -6,16 +6,18 @@ Docs: https://transformer-book.github.io/transformer/fast_decoding.html.md"""
 
 # %% auto #0
 __all__ = ['PROJECTION_PROBE_ROWS', 'DECODING_DTYPES', 'STEP_GRAPHS', 'reordered', 'StaticKVCache', 'static_step',
-           'PackedProjection', 'faster_projection', 'FastDecoder']
+           'PackedProjection', 'faster_projection', 'ModelWrapper', 'FastDecoder', 'StepGraph', 'TracedDecoder']
 
 # %% ../nbs/05b_fast_decoding.ipynb #3b5ab284
 import copy
+import threading
+import warnings
 from collections.abc import Iterator
 
 import torch
 from torch import Tensor, nn
 
-from .attention import cpu_has_bf16_matmul
+from .attention import cpu_has_bf16_matmul, explicit_on_cpu
 from .hardware import best_seconds, compile_dynamic
 from .model import KVCache, Transformer
 
@@ -157,29 +159,17 @@ DECODING_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float1
 STEP_GRAPHS = 32  # graphs `static_step` may have: about 5 a dtype (see below); torch.compile's default stops at 8
 
 
-class FastDecoder:
-    "A `Transformer` for decoding: `StaticKVCache`, a compiled `static_step`, weights in `dtype`; searches take it."
+class ModelWrapper:
+    "What the searches read of a decoder that wraps an encoder-decoder model and is not one: passed to the model."
 
-    def __init__(self, model: Transformer, dtype: torch.dtype = torch.float32, compile: bool = True,
-                 capacity: int = 64, pack: bool | None = None):
+    def __init__(self, model: Transformer):
         if model.cfg.kind != "encoder-decoder":
-            raise ValueError(f"FastDecoder decodes encoder-decoder models; this one is {model.cfg.kind}")
-        if dtype not in DECODING_DTYPES.values():
-            raise ValueError(f"dtype must be one of {sorted(DECODING_DTYPES)}, got {dtype}")
-        same = next(model.parameters()).dtype == dtype
-        self.model = model if same else copy.deepcopy(model).to(dtype)  # the caller's model stays as it is
-        self.cfg, self.capacity = model.cfg, capacity
-        self.generator, self.projection = faster_projection(self.model.generator, pack=pack)  # None: timed here
-        self.run_step = compile_dynamic(static_step) if compile else static_step
-        cpu_has_bf16_matmul()  # asked now: attention reads the answer, and the compiled step cannot trace the query
+            raise ValueError(f"{type(self).__name__} decodes encoder-decoder models; this one is {model.cfg.kind}")
+        self.model, self.cfg = model, model.cfg
 
     def start(self, src: Tensor) -> tuple[Tensor, Tensor]:
-        "The memory (B, S, d_model) in `dtype` and its mask (B, 1, 1, S), for source ids (B, S)."
+        "The memory (B, S, d_model) in the weights' dtype and its mask (B, 1, 1, S), for source ids (B, S)."
         return self.model.start(src)
-
-    def new_cache(self) -> StaticKVCache:
-        "An empty `StaticKVCache` for every decoder layer."
-        return StaticKVCache(self.cfg.n_decoder_layers, self.capacity)
 
     def output_room(self, src_lengths: Tensor) -> Tensor:
         "Most target positions (B,) after sources of `src_lengths` (B,), as the model allows."
@@ -188,6 +178,26 @@ class FastDecoder:
     def parameters(self) -> Iterator[nn.Parameter]:
         "The weights it decodes with (`translate_ids` finds the device from them)."
         return self.model.parameters()
+
+
+class FastDecoder(ModelWrapper):
+    "A `Transformer` for decoding: `StaticKVCache`, a compiled `static_step`, weights in `dtype`; searches take it."
+
+    def __init__(self, model: Transformer, dtype: torch.dtype = torch.float32, compile: bool = True,
+                 capacity: int = 64, pack: bool | None = None):
+        super().__init__(model)
+        if dtype not in DECODING_DTYPES.values():
+            raise ValueError(f"dtype must be one of {sorted(DECODING_DTYPES)}, got {dtype}")
+        same = next(model.parameters()).dtype == dtype
+        self.model = model if same else copy.deepcopy(model).to(dtype)  # the caller's model stays as it is
+        self.capacity = capacity
+        self.generator, self.projection = faster_projection(self.model.generator, pack=pack)  # None: timed here
+        self.run_step = compile_dynamic(static_step) if compile else static_step
+        cpu_has_bf16_matmul()  # asked now: attention reads the answer, and the compiled step cannot trace the query
+
+    def new_cache(self) -> StaticKVCache:
+        "An empty `StaticKVCache` for every decoder layer."
+        return StaticKVCache(self.cfg.n_decoder_layers, self.capacity)
 
     def step(self, tgt: Tensor, context: tuple[Tensor, Tensor], cache: KVCache | None = None) -> Tensor:
         "Decoder output (B, 1, d_model) for the newest target ids (B, 1), which follow `cache`'s positions."
@@ -204,4 +214,70 @@ class FastDecoder:
         with torch._dynamo.config.patch(recompile_limit=STEP_GRAPHS):  # decoders of every dtype share its graphs
             hidden = run(self.model, tgt, cache.length, context, [s["cross"] for s in cache.layers], cache.buffers)
         cache.length += 1
+        return hidden
+
+# %% ../nbs/05b_fast_decoding.ipynb #f1b2c3d2
+class StepGraph(nn.Module):
+    "One cached decoding step of `model` with tensors for every input, as `torch.jit.trace` records it."
+
+    def __init__(self, model: Transformer):
+        super().__init__()
+        self.model = model
+
+    def forward(self, tokens: Tensor, src_mask: Tensor, rows: Tensor, *kv: Tensor) -> tuple[Tensor, ...]:
+        "Decoder output (B, 1, d_model) and each layer's grown keys and values; `kv`: k, v, cross k, v a layer."
+        model, cache = self.model, KVCache(len(self.model.decoder.layers))
+        for i, layer in enumerate(cache.layers):
+            keys, values, cross_keys, cross_values = kv[4 * i : 4 * i + 4]
+            layer["self"] |= {"k": keys, "v": values, "rows": rows}  # (B', h, T, d_k); rows (B,): which to keep
+            layer["cross"] |= {"k": cross_keys, "v": cross_values}     # (B / G, h, S, d_k)
+        start = torch.zeros_like(tokens[:, 0]) + kv[0].size(2)  # (B,): position T, a size the graph keeps variable
+        x = model.tgt_pos(model.tgt_embed(tokens), start)         # (B, 1, d_model)
+        hidden = model.decoder(x, kv[2], src_mask, None, cache)   # the memory is read only through the cache
+        return hidden, *(layer["self"][name] for layer in cache.layers for name in ("k", "v"))
+
+
+class TracedDecoder(ModelWrapper):
+    "A model whose cached decoding steps run as TorchScript graphs traced from it: no Python between their operators."
+
+    def __init__(self, model: Transformer):
+        super().__init__(model)
+        self.generator = model.generator
+        self.graphs: dict[tuple, torch.jit.ScriptModule] = {}  # one per set of the Python choices a trace fixes
+        self.lock = threading.Lock()  # workers share the graphs: one traces a missing graph, the others wait
+
+    def new_cache(self) -> KVCache:
+        "An empty `KVCache` for every decoder layer."
+        return self.model.new_cache()
+
+    def graph_for(self, key: tuple, args: tuple[Tensor, ...]) -> torch.jit.ScriptModule:
+        "The graph for the choices `key`, traced on `args` the first time it is asked for."
+        graph = self.graphs.get(key)
+        if graph is None:
+            with self.lock, warnings.catch_warnings():  # the tracer's notes on the checks it leaves out, and
+                warnings.simplefilter("ignore", torch.jit.TracerWarning)  # its deprecation (see the text)
+                warnings.simplefilter("ignore", DeprecationWarning)
+                if key not in self.graphs:
+                    self.graphs[key] = torch.jit.trace(StepGraph(self.model), args, check_trace=False)
+                graph = self.graphs[key]
+        return graph
+
+    def step(self, tgt: Tensor, context: tuple[Tensor, Tensor], cache: KVCache | None = None) -> Tensor:
+        "Decoder output (B, T, d_model) for target ids (B, T) that follow `cache`: one new id a row runs a graph."
+        if cache is None or len(cache) == 0 or tgt.size(1) != 1:  # the first step starts the cache: eager
+            return self.model.step(tgt, context, cache)
+        own = [layer["self"] for layer in cache.layers]
+        rows = [layer.pop("rows", None) for layer in own][0]  # `select` gives every layer the same rows
+        keys, cross_keys = own[0]["k"], cache.layers[0]["cross"]["k"]  # (B', h, T, d_k), (B / G, h, S, d_k)
+        if rows is None:
+            rows = torch.arange(keys.size(0), device=keys.device)
+        attn, group = self.model.decoder.layers[0].self_attn, tgt.size(0) // cross_keys.size(0)
+        width, cpu = min(attn.d_k, attn.d_v), keys.device.type == "cpu"  # what fast_attention's choice reads
+        key = (group, self.model.training, cpu and explicit_on_cpu(1, keys.size(2) + 1, width, keys.dtype),
+               cpu and explicit_on_cpu(group, cross_keys.size(2), width, keys.dtype))
+        kv = [layer[part][name] for layer in cache.layers for part in ("self", "cross") for name in ("k", "v")]
+        args = (tgt, context[1], rows, *kv)
+        hidden, *grown = self.graph_for(key, args)(*args)
+        for layer, grown_keys, grown_values in zip(own, grown[::2], grown[1::2]):
+            layer["k"], layer["v"] = grown_keys, grown_values
         return hidden

@@ -21,6 +21,7 @@ from tokenizers import Tokenizer
 from .checkpoint import CheckpointError, load_model_dir
 from .data import check_tokenizer, encode_sentences, read_tokenizer
 from .decoding import translate_ids
+from .fast_decoding import FastDecoder
 from .hub import model_folder
 from .model import Transformer
 
@@ -77,8 +78,8 @@ def translate_encoded(model: Transformer, tokenizer: Tokenizer, ids: Sequence[Se
                       alpha: float = 0.6, batch_size: int = 64, early_exit: bool = False,
                       workers: int = 1) -> list[str]:
     "Translate `encode_sentences` ids, `workers` batches at a time; an empty or too long sentence comes back empty."
-    if workers > 1 and not isinstance(model, torch.nn.Module):  # FastDecoder: one compiled step, not thread-safe
-        raise ValueError(f"workers > 1 decodes with a model's own layers, not a {type(model).__name__}")
+    if workers > 1 and isinstance(model, FastDecoder):  # one compiled step on one static cache: not thread-safe
+        raise ValueError("workers > 1 decodes with a model or a TracedDecoder, not a FastDecoder")
     long = long_sentences(ids, model.cfg.max_len)
     todo = sorted((i for i, x in enumerate(ids) if x and i + 1 not in long), key=lambda i: len(ids[i]))
     batches = [todo[k : k + batch_size] for k in range(0, len(todo), batch_size)]  # translate_ids's own batches
