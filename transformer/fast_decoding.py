@@ -12,7 +12,7 @@ __all__ = ['PROJECTION_PROBE_ROWS', 'DECODING_DTYPES', 'STEP_GRAPHS', 'reordered
 import copy
 import threading
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import torch
 from torch import Tensor, nn
@@ -238,7 +238,7 @@ class StepGraph(nn.Module):
 
 
 class TracedDecoder(ModelWrapper):
-    "A model whose cached decoding steps run as TorchScript graphs traced from it: no Python between their operators."
+    "A model whose encoder and cached decoding steps run as TorchScript graphs traced from it: no Python inside."
 
     def __init__(self, model: Transformer):
         super().__init__(model)
@@ -250,17 +250,25 @@ class TracedDecoder(ModelWrapper):
         "An empty `KVCache` for every decoder layer."
         return self.model.new_cache()
 
-    def graph_for(self, key: tuple, args: tuple[Tensor, ...]) -> torch.jit.ScriptModule:
-        "The graph for the choices `key`, traced on `args` the first time it is asked for."
+    def graph_for(self, key: tuple, trace: Callable[[], torch.jit.ScriptModule]) -> torch.jit.ScriptModule:
+        "The graph for the choices `key`, made by `trace` the first time it is asked for."
         graph = self.graphs.get(key)
         if graph is None:
             with self.lock, warnings.catch_warnings():  # the tracer's notes on the checks it leaves out, and
                 warnings.simplefilter("ignore", torch.jit.TracerWarning)  # its deprecation (see the text)
                 warnings.simplefilter("ignore", DeprecationWarning)
                 if key not in self.graphs:
-                    self.graphs[key] = torch.jit.trace(StepGraph(self.model), args, check_trace=False)
+                    self.graphs[key] = trace()
                 graph = self.graphs[key]
         return graph
+
+    def start(self, src: Tensor) -> tuple[Tensor, Tensor]:
+        "The memory (B, S, d_model) and its mask (B, 1, 1, S), for source ids (B, S), by the traced encoder."
+        attn, dtype = self.model.encoder.layers[0].self_attn, self.model.src_embed.table.weight.dtype
+        written_out = explicit_on_cpu(src.size(1), src.size(1), min(attn.d_k, attn.d_v), dtype)  # S queries, S keys
+        key = ("encoder", self.model.training, src.device.type == "cpu" and written_out)
+        trace = lambda: torch.jit.trace_module(self.model, {"start": (src,)}, check_trace=False)  # noqa: E731
+        return self.graph_for(key, trace).start(src)
 
     def step(self, tgt: Tensor, context: tuple[Tensor, Tensor], cache: KVCache | None = None) -> Tensor:
         "Decoder output (B, T, d_model) for target ids (B, T) that follow `cache`: one new id a row runs a graph."
@@ -273,11 +281,12 @@ class TracedDecoder(ModelWrapper):
             rows = torch.arange(keys.size(0), device=keys.device)
         attn, group = self.model.decoder.layers[0].self_attn, tgt.size(0) // cross_keys.size(0)
         width, cpu = min(attn.d_k, attn.d_v), keys.device.type == "cpu"  # what fast_attention's choice reads
-        key = (group, self.model.training, cpu and explicit_on_cpu(1, keys.size(2) + 1, width, keys.dtype),
+        key = ("step", group, self.model.training, cpu and explicit_on_cpu(1, keys.size(2) + 1, width, keys.dtype),
                cpu and explicit_on_cpu(group, cross_keys.size(2), width, keys.dtype))
         kv = [layer[part][name] for layer in cache.layers for part in ("self", "cross") for name in ("k", "v")]
         args = (tgt, context[1], rows, *kv)
-        hidden, *grown = self.graph_for(key, args)(*args)
+        trace = lambda: torch.jit.trace(StepGraph(self.model), args, check_trace=False)  # noqa: E731
+        hidden, *grown = self.graph_for(key, trace)(*args)
         for layer, grown_keys, grown_values in zip(own, grown[::2], grown[1::2]):
             layer["k"], layer["v"] = grown_keys, grown_values
         return hidden
